@@ -1,0 +1,47 @@
+# detour: the two commands of the README's quick start are `make demo` and
+# `make test`. Both install what they need through scripts/install-deps.sh.
+
+GO ?= go
+BIN := bin/detour
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/detour-overlay/detour/internal/cli.Version=$(VERSION)
+
+.PHONY: all build deps demo test test-unit test-netns bench fuzz vet clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/detour
+
+deps:
+	bash scripts/install-deps.sh
+
+# The headline demo: geo-replicated ZooKeeper on the lanman2017 WAN, with
+# and without detour.
+demo: deps build
+	bash scripts/demo.sh
+
+# Unit tests (pure logic, in-process multi-site scenarios) and then the tests
+# that run the real thing in network namespaces (need root).
+test: deps build
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+	DETOUR_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 15m -tags netns ./test/...
+
+test-unit:
+	$(GO) test -count=1 ./...
+
+# Long measurements; not run in CI.
+bench: deps build
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+	bash scripts/bench.sh
+
+# A short run of every fuzz target.
+fuzz:
+	bash scripts/fuzz.sh
+
+vet:
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin results
