@@ -1,0 +1,321 @@
+// Package config defines the typed configuration of a detour site agent
+// (the file given to `detour agent --config`), its defaults, and Validate,
+// which names the offending field and its line in the YAML file.
+//
+// A minimal file:
+//
+//	site: fujisawa
+//	listen: 203.0.113.10:4800
+//	peers:
+//	  - name: inagi
+//	    address: 198.51.100.7:4800
+//
+// Every other field has a default (see Defaults). Peers are bootstrap
+// members: contacting any one of them is enough to learn the whole overlay.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Defaults used for fields the file leaves out.
+const (
+	DefaultAPI           = "127.0.0.1:7447"
+	DefaultProbeInterval = 100 * time.Millisecond
+	DefaultMaxHops       = 3
+	DefaultNetworkName   = "default"
+	DefaultNetworkID     = 1
+	DefaultTAP           = "detour0"
+	DefaultMTU           = 1400
+	maxPath              = 8 // wire.MaxPath; kept here to avoid an import cycle in tools
+)
+
+// Agent is the configuration of one site's agent.
+type Agent struct {
+	// Site is this site's name, unique in the overlay.
+	Site string `yaml:"site"`
+	// Listen is the UDP address ("IP:port") the agent binds on the underlay.
+	Listen string `yaml:"listen"`
+	// Advertise is the address other sites use to reach this one, when it
+	// differs from Listen (NAT, or Listen on 0.0.0.0).
+	Advertise string `yaml:"advertise,omitempty"`
+	// Peers are bootstrap members; one reachable member is enough.
+	Peers []Peer `yaml:"peers,omitempty"`
+	// Networks are the virtual L2 networks this site joins.
+	Networks []Network `yaml:"networks,omitempty"`
+	// API is the HTTP address of the local JSON API and Prometheus metrics.
+	API string `yaml:"api,omitempty"`
+	// ProbeInterval is the period of measurement probes on every pair.
+	ProbeInterval time.Duration `yaml:"probe_interval,omitempty"`
+	// MaxHops is the largest number of underlay hops on a path (H).
+	MaxHops int `yaml:"max_hops,omitempty"`
+	// TestClockOffset shifts this agent's clock; it exists only so tests can
+	// show that routing needs no synchronised clocks.
+	TestClockOffset time.Duration `yaml:"test_clock_offset,omitempty"`
+}
+
+// Peer is a bootstrap member.
+type Peer struct {
+	Name    string `yaml:"name"`
+	Address string `yaml:"address"`
+}
+
+// Network is a virtual L2 network and the TAP device that carries it.
+type Network struct {
+	Name string `yaml:"name"`
+	// ID is the network's identifier on the wire, the same on every site.
+	ID uint32 `yaml:"id"`
+	// TAP is the name of this site's TAP device for the network.
+	TAP string `yaml:"tap,omitempty"`
+	// Bridge, when set, is a Linux bridge the TAP device is attached to.
+	Bridge string `yaml:"bridge,omitempty"`
+	// MTU of the TAP device.
+	MTU int `yaml:"mtu,omitempty"`
+}
+
+// ErrInvalid is matched (errors.Is) by every validation error.
+var ErrInvalid = errors.New("invalid configuration")
+
+// FieldError names the field at fault and, when known, its line.
+type FieldError struct {
+	Field string
+	Line  int
+	Msg   string
+}
+
+func (e *FieldError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("line %d: %s: %s", e.Line, e.Field, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.Field, e.Msg)
+}
+
+// Is makes every FieldError match ErrInvalid.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+// Load reads, decodes, completes with defaults and validates a file.
+func Load(path string) (*Agent, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	a, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return a, nil
+}
+
+// Parse decodes a YAML document strictly (unknown keys are errors), applies
+// defaults and validates. Errors carry the YAML line of the field.
+func Parse(b []byte) (*Agent, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		return nil, &FieldError{Field: "yaml", Msg: err.Error()}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	var a Agent
+	if err := dec.Decode(&a); err != nil {
+		return nil, &FieldError{Field: "yaml", Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	a.ApplyDefaults()
+	if err := a.Validate(); err != nil {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			fe.Line = lineOf(&root, fe.Field)
+		}
+		return nil, err
+	}
+	return &a, nil
+}
+
+// Marshal encodes the configuration as YAML.
+func (a *Agent) Marshal() ([]byte, error) { return yaml.Marshal(a) }
+
+// ApplyDefaults fills the fields the file left out.
+func (a *Agent) ApplyDefaults() {
+	if a.API == "" {
+		a.API = DefaultAPI
+	}
+	if a.ProbeInterval == 0 {
+		a.ProbeInterval = DefaultProbeInterval
+	}
+	if a.MaxHops == 0 {
+		a.MaxHops = DefaultMaxHops
+	}
+	if len(a.Networks) == 0 {
+		a.Networks = []Network{{Name: DefaultNetworkName, ID: DefaultNetworkID}}
+	}
+	for i := range a.Networks {
+		n := &a.Networks[i]
+		if n.TAP == "" && len(a.Networks) == 1 {
+			n.TAP = DefaultTAP
+		}
+		if n.MTU == 0 {
+			n.MTU = DefaultMTU
+		}
+	}
+}
+
+var (
+	nameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	ifnameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$`)
+)
+
+// Validate checks the whole configuration and returns the first problem
+// as a *FieldError.
+func (a *Agent) Validate() error {
+	if a.Site == "" {
+		return &FieldError{Field: "site", Msg: "missing: every agent needs its site name"}
+	}
+	if !nameRE.MatchString(a.Site) {
+		return &FieldError{Field: "site", Msg: fmt.Sprintf("%q is not a valid site name (letters, digits, '.', '_', '-'; at most 63)", a.Site)}
+	}
+	if err := validateListen(a); err != nil {
+		return err
+	}
+	if err := validatePeers(a); err != nil {
+		return err
+	}
+	if err := validateNetworks(a.Networks); err != nil {
+		return err
+	}
+	if _, err := netip.ParseAddrPort(a.API); err != nil {
+		return &FieldError{Field: "api", Msg: fmt.Sprintf("%q is not an IP:port address", a.API)}
+	}
+	if a.ProbeInterval < 10*time.Millisecond || a.ProbeInterval > 5*time.Second {
+		return &FieldError{Field: "probe_interval", Msg: fmt.Sprintf("%v is outside 10ms..5s", a.ProbeInterval)}
+	}
+	if a.MaxHops < 1 || a.MaxHops > maxPath {
+		return &FieldError{Field: "max_hops", Msg: fmt.Sprintf("%d is outside 1..%d", a.MaxHops, maxPath)}
+	}
+	return nil
+}
+
+func validateListen(a *Agent) error {
+	if a.Listen == "" {
+		return &FieldError{Field: "listen", Msg: "missing: the UDP address (IP:port) to bind on the underlay"}
+	}
+	lp, err := netip.ParseAddrPort(a.Listen)
+	if err != nil || lp.Port() == 0 {
+		return &FieldError{Field: "listen", Msg: fmt.Sprintf("%q is not an IP:port address with a non-zero port", a.Listen)}
+	}
+	if a.Advertise != "" {
+		ap, err := netip.ParseAddrPort(a.Advertise)
+		if err != nil || ap.Port() == 0 || ap.Addr().IsUnspecified() {
+			return &FieldError{Field: "advertise", Msg: fmt.Sprintf("%q is not a reachable IP:port address", a.Advertise)}
+		}
+	} else if lp.Addr().IsUnspecified() {
+		return &FieldError{Field: "advertise", Msg: "missing: listen is a wildcard address, so peers need an advertised IP:port"}
+	}
+	return nil
+}
+
+func validatePeers(a *Agent) error {
+	seen := map[string]bool{a.Site: true}
+	for i, p := range a.Peers {
+		field := fmt.Sprintf("peers[%d]", i)
+		if p.Name == "" {
+			return &FieldError{Field: field + ".name", Msg: "missing"}
+		}
+		if !nameRE.MatchString(p.Name) {
+			return &FieldError{Field: field + ".name", Msg: fmt.Sprintf("%q is not a valid site name", p.Name)}
+		}
+		if seen[p.Name] {
+			what := "duplicate site name"
+			if p.Name == a.Site {
+				what = "is this site's own name"
+			}
+			return &FieldError{Field: field + ".name", Msg: fmt.Sprintf("%q %s", p.Name, what)}
+		}
+		seen[p.Name] = true
+		ap, err := netip.ParseAddrPort(p.Address)
+		if err != nil || ap.Port() == 0 || ap.Addr().IsUnspecified() {
+			return &FieldError{Field: field + ".address", Msg: fmt.Sprintf("%q is not an IP:port address", p.Address)}
+		}
+	}
+	return nil
+}
+
+func validateNetworks(ns []Network) error {
+	ids := map[uint32]bool{}
+	names := map[string]bool{}
+	taps := map[string]bool{}
+	for i, n := range ns {
+		field := fmt.Sprintf("networks[%d]", i)
+		switch {
+		case !nameRE.MatchString(n.Name):
+			return &FieldError{Field: field + ".name", Msg: fmt.Sprintf("%q is not a valid network name", n.Name)}
+		case names[n.Name]:
+			return &FieldError{Field: field + ".name", Msg: fmt.Sprintf("duplicate network %q", n.Name)}
+		case n.ID == 0:
+			return &FieldError{Field: field + ".id", Msg: "missing or zero: every network needs a non-zero identifier"}
+		case ids[n.ID]:
+			return &FieldError{Field: field + ".id", Msg: fmt.Sprintf("duplicate network id %d", n.ID)}
+		case n.TAP == "":
+			return &FieldError{Field: field + ".tap", Msg: "missing: the TAP device name"}
+		case !ifnameRE.MatchString(n.TAP):
+			return &FieldError{Field: field + ".tap", Msg: fmt.Sprintf("%q is not a valid interface name (at most 15 characters)", n.TAP)}
+		case taps[n.TAP]:
+			return &FieldError{Field: field + ".tap", Msg: fmt.Sprintf("duplicate TAP device %q", n.TAP)}
+		case n.Bridge != "" && !ifnameRE.MatchString(n.Bridge):
+			return &FieldError{Field: field + ".bridge", Msg: fmt.Sprintf("%q is not a valid interface name", n.Bridge)}
+		case n.MTU < 576 || n.MTU > 65000:
+			return &FieldError{Field: field + ".mtu", Msg: fmt.Sprintf("%d is outside 576..65000", n.MTU)}
+		}
+		names[n.Name], ids[n.ID], taps[n.TAP] = true, true, true
+	}
+	return nil
+}
+
+// lineOf finds the line of a dotted field path such as "peers[1].address"
+// in a decoded YAML document, or of the closest parent that exists.
+func lineOf(root *yaml.Node, field string) int {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := n.Line
+	for _, part := range strings.Split(field, ".") {
+		key, idx := part, -1
+		if i := strings.IndexByte(part, '['); i >= 0 {
+			key = part[:i]
+			fmt.Sscanf(part[i:], "[%d]", &idx)
+		}
+		next := mapValue(n, key)
+		if next == nil {
+			return line
+		}
+		line, n = next.Line, next
+		if idx >= 0 {
+			if n.Kind != yaml.SequenceNode || idx >= len(n.Content) {
+				return line
+			}
+			n = n.Content[idx]
+			line = n.Line
+		}
+	}
+	return line
+}
+
+func mapValue(n *yaml.Node, key string) *yaml.Node {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}

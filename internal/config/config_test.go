@@ -1,0 +1,82 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+const good = `site: fujisawa
+listen: 198.18.0.1:4800
+peers:
+  - name: inagi
+    address: 198.18.0.2:4800
+  - name: seoul
+    address: 198.18.0.3:4800
+`
+
+func TestParseDefaults(t *testing.T) {
+	a, err := Parse([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.API != DefaultAPI || a.ProbeInterval != DefaultProbeInterval || a.MaxHops != DefaultMaxHops {
+		t.Errorf("defaults not applied: %+v", a)
+	}
+	if len(a.Networks) != 1 || a.Networks[0].TAP != DefaultTAP || a.Networks[0].ID != DefaultNetworkID {
+		t.Errorf("default network not applied: %+v", a.Networks)
+	}
+}
+
+func TestMarshalRoundTrip(t *testing.T) {
+	a, err := Parse([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.TestClockOffset = 3 * time.Second
+	b, err := a.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		t.Fatalf("re-parse of %s: %v", b, err)
+	}
+	if c.TestClockOffset != 3*time.Second || c.Site != a.Site || len(c.Peers) != 2 {
+		t.Errorf("round trip changed the config: %+v", c)
+	}
+}
+
+func TestParseErrorsNameFieldAndLine(t *testing.T) {
+	cases := []struct {
+		name, doc, want string
+	}{
+		{"missing site", "listen: 198.18.0.1:4800\n", "site: missing"},
+		{"missing listen", "site: a\n", "listen: missing"},
+		{"bad listen", "site: a\nlisten: nowhere\n", `line 2: listen: "nowhere" is not`},
+		{"bad peer address", "site: a\nlisten: 198.18.0.1:1\npeers:\n  - name: b\n    address: 1.2.3:4\n", "line 5: peers[0].address"},
+		{"duplicate peer", "site: a\nlisten: 198.18.0.1:1\npeers:\n  - name: b\n    address: 198.18.0.2:1\n  - name: b\n    address: 198.18.0.3:1\n", `line 6: peers[1].name: "b" duplicate`},
+		{"peer is self", "site: a\nlisten: 198.18.0.1:1\npeers:\n  - name: a\n    address: 198.18.0.2:1\n", "own name"},
+		{"unknown key", "site: a\nlisten: 198.18.0.1:1\nlissen: x\n", "field lissen not found"},
+		{"wildcard without advertise", "site: a\nlisten: 0.0.0.0:4800\n", "advertise: missing"},
+		{"hops", "site: a\nlisten: 198.18.0.1:1\nmax_hops: 12\n", "line 3: max_hops"},
+		{"zero network id", "site: a\nlisten: 198.18.0.1:1\nnetworks:\n  - name: n\n    tap: t0\n", "networks[0].id: missing"},
+		{"long tap", "site: a\nlisten: 198.18.0.1:1\nnetworks:\n  - name: n\n    id: 4\n    tap: averyverylongtapname\n", "line 6: networks[0].tap"},
+		{"not yaml", "site: [\n", "yaml:"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse([]byte(c.doc))
+			if err == nil {
+				t.Fatalf("accepted %q", c.doc)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %v does not match ErrInvalid", err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %q does not contain %q", err, c.want)
+			}
+		})
+	}
+}
