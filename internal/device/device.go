@@ -1,0 +1,28 @@
+// Package device gives the data path its Ethernet side: a Linux TAP device
+// that the site's bridge delivers frames to, and a fake with the same
+// interface for in-process tests.
+package device
+
+import (
+	"errors"
+)
+
+// Device reads and writes whole Ethernet frames (no packet information
+// header). Implementations are safe for one reader and one writer running
+// concurrently.
+type Device interface {
+	// Read reads one frame into b and returns its length.
+	Read(b []byte) (int, error)
+	// Write writes one frame.
+	Write(frame []byte) (int, error)
+	// Name is the interface name.
+	Name() string
+	// MTU is the device's MTU (the largest IP packet, without the Ethernet
+	// header).
+	MTU() int
+	// Close releases the device; a blocked Read returns ErrClosed.
+	Close() error
+}
+
+// ErrClosed is returned by Read and Write after Close.
+var ErrClosed = errors.New("device: closed")

@@ -1,0 +1,98 @@
+package device
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// TAP is a Linux TAP device opened through /dev/net/tun.
+type TAP struct {
+	f    *os.File
+	name string
+	mtu  int
+}
+
+// OpenTAP creates (or attaches to) the TAP device name, sets its MTU,
+// attaches it to bridge when bridge is not empty, and sets it up.
+func OpenTAP(name string, mtu int, bridge string) (*TAP, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("device: open /dev/net/tun: %w", err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("device: interface name %q: %w", name, err)
+	}
+	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("device: create TAP %s: %w", name, err)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("device: %s: %w", name, err)
+	}
+	t := &TAP{f: os.NewFile(uintptr(fd), "/dev/net/tun"), name: ifr.Name(), mtu: mtu}
+	if err := t.configure(mtu, bridge); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *TAP) configure(mtu int, bridge string) error {
+	link, err := netlink.LinkByName(t.name)
+	if err != nil {
+		return fmt.Errorf("device: find %s: %w", t.name, err)
+	}
+	if err := netlink.LinkSetMTU(link, mtu); err != nil {
+		return fmt.Errorf("device: set MTU %d on %s: %w", mtu, t.name, err)
+	}
+	if bridge != "" {
+		br, err := netlink.LinkByName(bridge)
+		if err != nil {
+			return fmt.Errorf("device: bridge %s: %w", bridge, err)
+		}
+		if err := netlink.LinkSetMaster(link, br); err != nil {
+			return fmt.Errorf("device: attach %s to %s: %w", t.name, bridge, err)
+		}
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("device: set %s up: %w", t.name, err)
+	}
+	return nil
+}
+
+// Read implements Device.
+func (t *TAP) Read(b []byte) (int, error) {
+	n, err := t.f.Read(b)
+	if errors.Is(err, os.ErrClosed) {
+		return 0, ErrClosed
+	}
+	return n, err
+}
+
+// Write implements Device.
+func (t *TAP) Write(frame []byte) (int, error) {
+	n, err := t.f.Write(frame)
+	if errors.Is(err, os.ErrClosed) {
+		return 0, ErrClosed
+	}
+	return n, err
+}
+
+// Name implements Device.
+func (t *TAP) Name() string { return t.name }
+
+// MTU implements Device.
+func (t *TAP) MTU() int { return t.mtu }
+
+// Close implements Device. The kernel removes the TAP device when its last
+// file descriptor closes.
+func (t *TAP) Close() error { return t.f.Close() }
+
