@@ -95,4 +95,3 @@ func (t *TAP) MTU() int { return t.mtu }
 // Close implements Device. The kernel removes the TAP device when its last
 // file descriptor closes.
 func (t *TAP) Close() error { return t.f.Close() }
-
