@@ -1,0 +1,132 @@
+// Package datapath forwards Ethernet frames between a site's TAP devices and
+// the underlay: frames from local hosts are encapsulated with a source route
+// and sent to the first hop of the destination site's path; datagrams from
+// the underlay are delivered to the local device of their virtual network or
+// relayed to the next site of their path. Control datagrams (probes, link
+// state, membership) are handed to the control plane untouched.
+//
+// The forwarding path allocates nothing in steady state: each loop owns its
+// buffers, and routes are an immutable snapshot read through an atomic
+// pointer.
+package datapath
+
+import (
+	"errors"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/detour-overlay/detour/internal/device"
+	"github.com/detour-overlay/detour/internal/fdb"
+	"github.com/detour-overlay/detour/internal/transport"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// Routes is the routing state the data path reads. Implementations are
+// immutable snapshots: the control plane publishes a new one with SetRoutes
+// whenever routes or membership change.
+type Routes interface {
+	// Path fills h.Path and h.PathLen with the route to dst and returns the
+	// underlay address of its first hop.
+	Path(dst wire.SiteID, h *wire.DataHeader) (netip.AddrPort, bool)
+	// Addr returns the underlay address of a live member.
+	Addr(site wire.SiteID) (netip.AddrPort, bool)
+	// Sites lists the live members other than this site.
+	Sites() []wire.SiteID
+}
+
+// ControlHandler receives control datagrams. pkt is only valid during the
+// call; the handler must copy what it keeps.
+type ControlHandler func(from netip.AddrPort, pkt []byte)
+
+// Port is the attachment of one virtual network to this site.
+type Port struct {
+	Network uint32
+	Dev     device.Device
+	FDB     *fdb.Table
+}
+
+// Config configures an Engine.
+type Config struct {
+	Self    wire.SiteID
+	Conn    transport.Conn
+	Ports   []*Port
+	Control ControlHandler
+	// Now returns monotonic nanoseconds; it stamps FDB entries.
+	Now func() int64
+}
+
+// Headroom is the space kept in front of every frame read from a device
+// for the largest data header.
+const Headroom = wire.DataFixedLen + 4*wire.MaxPath
+
+// maxFrame is the largest Ethernet frame the data path carries.
+const maxFrame = 65535
+
+type routesBox struct{ r Routes }
+
+// Engine is a site's data path.
+type Engine struct {
+	self    wire.SiteID
+	conn    transport.Conn
+	ports   map[uint32]*Port
+	control ControlHandler
+	now     func() int64
+	routes  atomic.Pointer[routesBox]
+	writeMu sync.Mutex // serialises writers of conn
+	stats   Stats
+}
+
+// New returns an engine; Run starts it.
+func New(cfg Config) *Engine {
+	e := &Engine{self: cfg.Self, conn: cfg.Conn, control: cfg.Control, now: cfg.Now, ports: map[uint32]*Port{}}
+	for _, p := range cfg.Ports {
+		e.ports[p.Network] = p
+	}
+	e.routes.Store(&routesBox{r: noRoutes{}})
+	return e
+}
+
+// SetRoutes publishes a new routing snapshot.
+func (e *Engine) SetRoutes(r Routes) { e.routes.Store(&routesBox{r: r}) }
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() *Stats { return &e.stats }
+
+// Send writes control datagrams on the engine's socket; the control plane
+// uses it so that all writers share one lock.
+func (e *Engine) Send(msgs []transport.Message) error {
+	e.writeMu.Lock()
+	_, err := e.conn.WriteBatch(msgs)
+	e.writeMu.Unlock()
+	return err
+}
+
+// Run forwards until the socket and devices are closed. It returns nil
+// after a clean close.
+func (e *Engine) Run() error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(e.ports)+1)
+	wg.Add(1)
+	go func() { defer wg.Done(); errs <- e.underlayLoop() }()
+	for _, p := range e.ports {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- e.deviceLoop(p) }()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil && !errors.Is(err, transport.ErrClosed) && !errors.Is(err, device.ErrClosed) {
+			return err
+		}
+	}
+	return nil
+}
+
+type noRoutes struct{}
+
+func (noRoutes) Path(wire.SiteID, *wire.DataHeader) (netip.AddrPort, bool) {
+	return netip.AddrPort{}, false
+}
+func (noRoutes) Addr(wire.SiteID) (netip.AddrPort, bool) { return netip.AddrPort{}, false }
+func (noRoutes) Sites() []wire.SiteID                    { return nil }

@@ -1,0 +1,120 @@
+package datapath
+
+import (
+	"github.com/detour-overlay/detour/internal/fdb"
+	"github.com/detour-overlay/detour/internal/transport"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// ingress is the state of the underlay loop. It is owned by one goroutine.
+type ingress struct {
+	e     *Engine
+	msgs  []transport.Message
+	relay []transport.Message
+	hdr   wire.DataHeader
+}
+
+// bufSize is the size of each receive buffer: the largest UDP payload.
+const bufSize = 65535
+
+// underlayLoop reads datagrams in batches, delivers or relays data packets
+// and hands control packets to the control plane.
+func (e *Engine) underlayLoop() error {
+	in := &ingress{e: e, msgs: make([]transport.Message, transport.MaxBatch)}
+	for i := range in.msgs {
+		in.msgs[i].Buf = make([]byte, bufSize)
+	}
+	for {
+		n, err := e.conn.ReadBatch(in.msgs)
+		if err != nil {
+			return err
+		}
+		in.relay = in.relay[:0]
+		for i := 0; i < n; i++ {
+			in.handle(&in.msgs[i])
+		}
+		if len(in.relay) > 0 {
+			e.send(in.relay)
+		}
+	}
+}
+
+// handle processes one datagram. Whatever its bytes, it is either
+// delivered, relayed, handed to the control plane, or dropped and counted.
+func (in *ingress) handle(m *transport.Message) {
+	e := in.e
+	pkt := m.Buf[:m.N]
+	e.stats.PacketsReceived.Add(1)
+	e.stats.BytesReceived.Add(uint64(m.N))
+	typ, _, err := wire.ParseCommon(pkt)
+	if err != nil {
+		e.stats.DropMalformed.Add(1)
+		return
+	}
+	if typ != wire.TypeData {
+		e.stats.ControlIn.Add(1)
+		if e.control != nil {
+			e.control(m.Addr, pkt)
+		}
+		return
+	}
+	h := &in.hdr
+	off, err := wire.ParseData(pkt, h)
+	if err != nil {
+		e.stats.DropMalformed.Add(1)
+		return
+	}
+	if h.Receiver() != e.self {
+		e.stats.DropMisdirected.Add(1)
+		return
+	}
+	if int(h.Hop) == int(h.PathLen)-1 {
+		in.deliver(pkt[off:])
+		return
+	}
+	in.forward(m, pkt)
+}
+
+// deliver writes a frame that reached its destination to the device of its
+// network, learning where its source address lives.
+func (in *ingress) deliver(frame []byte) {
+	e := in.e
+	h := &in.hdr
+	if len(frame) < 14 {
+		e.stats.DropMalformed.Add(1)
+		return
+	}
+	p := e.ports[h.Network]
+	if p == nil {
+		e.stats.DropUnknownNetwork.Add(1)
+		return
+	}
+	var src fdb.MAC
+	copy(src[:], frame[6:12])
+	if h.Source == e.self {
+		e.stats.DropMalformed.Add(1)
+		return
+	}
+	p.FDB.Learn(src, h.Source, e.now())
+	if _, err := p.Dev.Write(frame); err != nil {
+		e.stats.DropDevice.Add(1)
+		return
+	}
+	e.stats.FramesOut.Add(1)
+}
+
+// forward relays a packet to the next site of its path, changing nothing
+// but the hop index.
+func (in *ingress) forward(m *transport.Message, pkt []byte) {
+	e := in.e
+	h := &in.hdr
+	next := h.Path[h.Hop+1]
+	addr, ok := e.routes.Load().r.Addr(next)
+	if !ok || next == e.self {
+		e.stats.DropNoRoute.Add(1)
+		return
+	}
+	wire.SetHop(pkt, h.Hop+1)
+	e.stats.Relayed.Add(1)
+	in.relay = append(in.relay, transport.Message{Buf: m.Buf, N: m.N, Addr: addr})
+}

@@ -1,0 +1,47 @@
+package datapath
+
+import "sync/atomic"
+
+// Stats are the data path's counters. Every dropped packet is counted under
+// the reason it was dropped.
+type Stats struct {
+	FramesIn        atomic.Uint64 // frames read from local devices
+	FramesOut       atomic.Uint64 // frames written to local devices
+	PacketsSent     atomic.Uint64 // data packets sent on the underlay
+	BytesSent       atomic.Uint64
+	PacketsReceived atomic.Uint64 // datagrams read from the underlay
+	BytesReceived   atomic.Uint64
+	Relayed         atomic.Uint64 // data packets forwarded for other sites
+	Flooded         atomic.Uint64 // frames sent to every site
+	ControlIn       atomic.Uint64 // control datagrams handed to the control plane
+
+	DropMalformed      atomic.Uint64 // unparsable datagrams or frames
+	DropMisdirected    atomic.Uint64 // data packets whose current receiver is not this site
+	DropNoRoute        atomic.Uint64 // no live route to the destination or next hop
+	DropUnknownNetwork atomic.Uint64 // data for a network this site has not joined
+	DropLocal          atomic.Uint64 // frames for a host behind this site's own bridge
+	DropDevice         atomic.Uint64 // device write errors
+	DropSend           atomic.Uint64 // underlay send errors
+}
+
+// Snapshot returns the counters by name, for the API and metrics.
+func (s *Stats) Snapshot() map[string]uint64 {
+	return map[string]uint64{
+		"frames_in":            s.FramesIn.Load(),
+		"frames_out":           s.FramesOut.Load(),
+		"packets_sent":         s.PacketsSent.Load(),
+		"bytes_sent":           s.BytesSent.Load(),
+		"packets_received":     s.PacketsReceived.Load(),
+		"bytes_received":       s.BytesReceived.Load(),
+		"relayed":              s.Relayed.Load(),
+		"flooded":              s.Flooded.Load(),
+		"control_in":           s.ControlIn.Load(),
+		"drop_malformed":       s.DropMalformed.Load(),
+		"drop_misdirected":     s.DropMisdirected.Load(),
+		"drop_no_route":        s.DropNoRoute.Load(),
+		"drop_unknown_network": s.DropUnknownNetwork.Load(),
+		"drop_local":           s.DropLocal.Load(),
+		"drop_device":          s.DropDevice.Load(),
+		"drop_send":            s.DropSend.Load(),
+	}
+}
