@@ -1,0 +1,150 @@
+package wire
+
+// A probe measures one directed pair. The prober writes its own clock at the
+// moment of sending; the responder answers at once with a probe reply that
+// echoes the probe and adds its own receive and send times.
+//
+// Probe (type 2), 24 bytes:
+//
+//	 0                   1                   2                   3
+//	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|  magic 0xD7   |   version 1   |   type = 2    |    flags      |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                      sender (prober) site ID                  |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                    receiver (responder) site ID               |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                 sequence number (per directed pair)           |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|              send time t1, prober's clock, ns (int64)         |
+//	+                                                               +
+//	|                                                               |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//
+// Probe reply (type 3), 40 bytes:
+//
+//	 0                   1                   2                   3
+//	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|  magic 0xD7   |   version 1   |   type = 3    |    flags      |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                    sender (responder) site ID                 |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                    receiver (prober) site ID                  |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                 sequence number of the probe                  |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|         t1: the probe's send time, prober's clock, ns         |
+//	+                                                               +
+//	|                                                               |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|       t2: the probe's receive time, responder's clock, ns     |
+//	+                                                               +
+//	|                                                               |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|        t3: the reply's send time, responder's clock, ns       |
+//	+                                                               +
+//	|                                                               |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//
+// With t4 the reply's receive time on the prober's clock, the prober learns
+// the offset-shifted one-way delay of its outgoing link, t2 − t1, and the
+// round-trip time (t4 − t1) − (t3 − t2), which is free of clock offsets.
+
+// ProbeLen and ProbeReplyLen are the encoded lengths of the two messages.
+const (
+	ProbeLen      = CommonHeaderLen + 4 + 4 + 4 + 8
+	ProbeReplyLen = CommonHeaderLen + 4 + 4 + 4 + 8 + 8 + 8
+)
+
+// Probe is the parsed form of a probe.
+type Probe struct {
+	Sender   SiteID
+	Receiver SiteID
+	Seq      uint32
+	SendTime int64 // t1, nanoseconds on the prober's clock
+}
+
+// ProbeReply is the parsed form of a probe reply.
+type ProbeReply struct {
+	Sender        SiteID // the responder
+	Receiver      SiteID // the prober
+	Seq           uint32
+	ProbeSendTime int64 // t1, prober's clock
+	ProbeRecvTime int64 // t2, responder's clock
+	ReplySendTime int64 // t3, responder's clock
+}
+
+// AppendProbe appends the encoding of p to b.
+func AppendProbe(b []byte, p *Probe) []byte {
+	var m [ProbeLen]byte
+	PutCommon(m[:], TypeProbe, 0)
+	be.PutUint32(m[4:], uint32(p.Sender))
+	be.PutUint32(m[8:], uint32(p.Receiver))
+	be.PutUint32(m[12:], p.Seq)
+	be.PutUint64(m[16:], uint64(p.SendTime))
+	return append(b, m[:]...)
+}
+
+// ParseProbe decodes a probe, including its common header.
+func ParseProbe(b []byte, p *Probe) error {
+	if err := expect(b, TypeProbe, ProbeLen); err != nil {
+		return err
+	}
+	p.Sender = SiteID(be.Uint32(b[4:]))
+	p.Receiver = SiteID(be.Uint32(b[8:]))
+	p.Seq = be.Uint32(b[12:])
+	p.SendTime = int64(be.Uint64(b[16:]))
+	if p.Sender == 0 || p.Receiver == 0 {
+		return ErrMalformed
+	}
+	return nil
+}
+
+// AppendProbeReply appends the encoding of r to b.
+func AppendProbeReply(b []byte, r *ProbeReply) []byte {
+	var m [ProbeReplyLen]byte
+	PutCommon(m[:], TypeProbeReply, 0)
+	be.PutUint32(m[4:], uint32(r.Sender))
+	be.PutUint32(m[8:], uint32(r.Receiver))
+	be.PutUint32(m[12:], r.Seq)
+	be.PutUint64(m[16:], uint64(r.ProbeSendTime))
+	be.PutUint64(m[24:], uint64(r.ProbeRecvTime))
+	be.PutUint64(m[32:], uint64(r.ReplySendTime))
+	return append(b, m[:]...)
+}
+
+// ParseProbeReply decodes a probe reply, including its common header.
+func ParseProbeReply(b []byte, r *ProbeReply) error {
+	if err := expect(b, TypeProbeReply, ProbeReplyLen); err != nil {
+		return err
+	}
+	r.Sender = SiteID(be.Uint32(b[4:]))
+	r.Receiver = SiteID(be.Uint32(b[8:]))
+	r.Seq = be.Uint32(b[12:])
+	r.ProbeSendTime = int64(be.Uint64(b[16:]))
+	r.ProbeRecvTime = int64(be.Uint64(b[24:]))
+	r.ReplySendTime = int64(be.Uint64(b[32:]))
+	if r.Sender == 0 || r.Receiver == 0 {
+		return ErrMalformed
+	}
+	return nil
+}
+
+// expect checks the common header of b for type t and a minimum length n.
+// Trailing bytes beyond n are allowed so that later versions can extend a
+// message.
+func expect(b []byte, t Type, n int) error {
+	got, _, err := ParseCommon(b)
+	if err != nil {
+		return err
+	}
+	if got != t {
+		return ErrMalformed
+	}
+	if len(b) < n {
+		return ErrTruncated
+	}
+	return nil
+}
