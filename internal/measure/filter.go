@@ -1,0 +1,211 @@
+// Package measure turns probe exchanges into per-link estimates: the
+// offset-shifted one-way delay of a directed link, its round-trip time,
+// loss, jitter and whether it is up.
+//
+// Clocks are not synchronised. A probe sent at t1 on the prober's clock and
+// received at t2 on the responder's clock gives t2 − t1 = d + o(p) − o(r),
+// the offset-shifted one-way delay: meaningful only in sums and differences
+// of paths between the same two sites, and possibly negative. The filters
+// here are therefore translation-invariant: a quantile over a window and a
+// step detector with absolute thresholds. They never clamp a sample or
+// compare it with a percentage of itself.
+//
+// The round trip (t4 − t1) − (t3 − t2), the prober's elapsed time minus the
+// responder's hold time, is free of offsets. An absolute one-way delay can
+// only be estimated: this package reports RTT/2 for each direction, and the
+// truth lies anywhere in (0, RTT) depending on the unknowable asymmetry.
+//
+// Clock skew of ±50 ppm moves an offset-shifted delay by 50 µs per second;
+// windows keep samples at most a few seconds old so that the error stays a
+// small fraction of a millisecond.
+//
+// The package is pure: callers pass the current time in.
+package measure
+
+import (
+	"slices"
+	"time"
+)
+
+// FilterConfig tunes a Filter.
+type FilterConfig struct {
+	// Window is the number of samples kept.
+	Window int
+	// MaxAge drops samples older than this.
+	MaxAge time.Duration
+	// LowFraction is the fraction of the window, lowest samples first,
+	// whose mean is the estimate: a low trimmed mean ignores queueing
+	// spikes and varies less than a single order statistic.
+	LowFraction float64
+	// StepCount consecutive samples on the same side of the estimate,
+	// each farther than the step threshold, restart the window from those
+	// samples, so that a lasting change is followed within StepCount
+	// samples.
+	StepCount int
+	// MinStep is the smallest step threshold. The threshold is the larger
+	// of MinStep and SpreadFactor times the window's 10–90 % spread, so
+	// that jitter alone never triggers it.
+	MinStep      time.Duration
+	SpreadFactor float64
+}
+
+// DefaultFilterConfig suits probes every 100 ms.
+func DefaultFilterConfig() FilterConfig {
+	return FilterConfig{
+		Window:       48,
+		MaxAge:       5 * time.Second,
+		LowFraction:  0.25,
+		StepCount:    3,
+		MinStep:      time.Millisecond,
+		SpreadFactor: 2,
+	}
+}
+
+type sample struct {
+	at time.Time
+	v  time.Duration
+}
+
+// Filter is a robust estimator of one series of samples.
+type Filter struct {
+	cfg     FilterConfig
+	samples []sample // oldest first
+	sorted  []time.Duration
+	est     time.Duration
+	spread  time.Duration
+	jitter  time.Duration
+	last    time.Duration
+	hasLast bool
+	run     int // consecutive samples beyond the step threshold
+	runSign int
+	steps   int
+}
+
+// NewFilter returns an empty filter.
+func NewFilter(cfg FilterConfig) *Filter {
+	return &Filter{cfg: cfg, samples: make([]sample, 0, cfg.Window), sorted: make([]time.Duration, 0, cfg.Window)}
+}
+
+// Reset forgets every sample.
+func (f *Filter) Reset() {
+	f.samples = f.samples[:0]
+	f.hasLast, f.run, f.jitter = false, 0, 0
+}
+
+// Add records a sample taken at now.
+func (f *Filter) Add(now time.Time, v time.Duration) {
+	f.trackJitter(v)
+	f.expire(now)
+	if len(f.samples) > 0 {
+		f.detectStep(v)
+	}
+	if len(f.samples) == f.cfg.Window {
+		copy(f.samples, f.samples[1:])
+		f.samples = f.samples[:len(f.samples)-1]
+	}
+	f.samples = append(f.samples, sample{now, v})
+	f.recompute()
+}
+
+// trackJitter keeps the RFC 3550 style smoothed mean of the absolute
+// difference between consecutive samples (an offset-free quantity).
+func (f *Filter) trackJitter(v time.Duration) {
+	if f.hasLast {
+		d := v - f.last
+		if d < 0 {
+			d = -d
+		}
+		f.jitter += (d - f.jitter) / 16
+	}
+	f.last, f.hasLast = v, true
+}
+
+// detectStep counts samples beyond the threshold on one side and restarts
+// the window when the run is long enough.
+func (f *Filter) detectStep(v time.Duration) {
+	th := max(f.cfg.MinStep, time.Duration(f.cfg.SpreadFactor*float64(f.spread)))
+	sign := 0
+	switch {
+	case v > f.est+th:
+		sign = 1
+	case v < f.est-th:
+		sign = -1
+	}
+	if sign == 0 || sign != f.runSign {
+		f.run, f.runSign = 0, sign
+	}
+	if sign == 0 {
+		return
+	}
+	f.run++
+	if f.run >= f.cfg.StepCount {
+		keep := f.cfg.StepCount - 1 // the current sample is appended next
+		f.samples = append(f.samples[:0], f.samples[len(f.samples)-keep:]...)
+		f.run, f.runSign = 0, 0
+		f.steps++
+	}
+}
+
+// expire drops samples older than MaxAge.
+func (f *Filter) expire(now time.Time) {
+	i := 0
+	for i < len(f.samples) && now.Sub(f.samples[i].at) > f.cfg.MaxAge {
+		i++
+	}
+	if i > 0 {
+		f.samples = append(f.samples[:0], f.samples[i:]...)
+	}
+}
+
+func (f *Filter) recompute() {
+	f.sorted = f.sorted[:0]
+	for _, s := range f.samples {
+		f.sorted = append(f.sorted, s.v)
+	}
+	slices.Sort(f.sorted)
+	f.est = lowMean(f.sorted, f.cfg.LowFraction)
+	f.spread = quantile(f.sorted, 0.9) - quantile(f.sorted, 0.1)
+}
+
+// quantile returns the q-quantile of sorted values by nearest rank.
+func quantile(s []time.Duration, q float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(s)-1))
+	return s[i]
+}
+
+// lowMean returns the mean of the lowest fraction q of sorted values (at
+// least one value).
+func lowMean(s []time.Duration, q float64) time.Duration {
+	k := max(1, int(q*float64(len(s))))
+	var sum time.Duration
+	for _, v := range s[:k] {
+		sum += v - s[0] // sum differences: no overflow with large offsets
+	}
+	return s[0] + sum/time.Duration(k)
+}
+
+// Estimate returns the current estimate and whether there is one. The
+// estimate lags the newest sample by at most MaxAge.
+func (f *Filter) Estimate(now time.Time) (time.Duration, bool) {
+	f.expire(now)
+	if len(f.samples) == 0 {
+		return 0, false
+	}
+	if len(f.sorted) != len(f.samples) {
+		f.recompute()
+	}
+	return f.est, true
+}
+
+// Jitter returns the smoothed mean absolute difference between consecutive
+// samples.
+func (f *Filter) Jitter() time.Duration { return f.jitter }
+
+// Steps returns how many step changes the filter has followed.
+func (f *Filter) Steps() int { return f.steps }
+
+// Len returns the number of samples in the window.
+func (f *Filter) Len() int { return len(f.samples) }

@@ -1,0 +1,165 @@
+package measure
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// TestFilterIgnoresJitter feeds a constant delay plus uniform 1 ms jitter
+// for ten simulated minutes and checks that the estimate's standard
+// deviation stays under 0.1 ms and that it never strays more than 0.25 ms
+// from its mean.
+func TestFilterIgnoresJitter(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	f := NewFilter(DefaultFilterConfig())
+	base := -3*time.Second + 20*time.Millisecond // offset-shifted: negative
+	var es []float64
+	for i := 0; i < 6000; i++ {
+		now := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		f.Add(now, base+time.Duration(rng.Int64N(int64(time.Millisecond))))
+		if i < 60 {
+			continue
+		}
+		e, _ := f.Estimate(now)
+		es = append(es, float64(e-base)/1e6)
+	}
+	mean, sd, maxDev := stats(es)
+	t.Logf("estimate − base: mean %.3f ms, sd %.3f ms, max deviation %.3f ms", mean, sd, maxDev)
+	if sd > 0.1 || maxDev > 0.25 {
+		t.Fatalf("estimate moves too much under 1 ms jitter: sd %.3f ms, max deviation %.3f ms", sd, maxDev)
+	}
+	if f.Steps() != 0 {
+		t.Fatalf("%d false steps", f.Steps())
+	}
+}
+
+// TestFilterFollowsStep checks that a lasting step of 5 ms, up or down, is
+// followed within StepCount samples.
+func stats(xs []float64) (mean, sd, maxDev float64) {
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	for _, x := range xs {
+		sd += (x - mean) * (x - mean)
+		maxDev = max(maxDev, math.Abs(x-mean))
+	}
+	return mean, math.Sqrt(sd / float64(len(xs))), maxDev
+}
+
+func TestFilterFollowsStep(t *testing.T) {
+	for _, step := range []time.Duration{5 * time.Millisecond, -5 * time.Millisecond} {
+		f := NewFilter(DefaultFilterConfig())
+		now := t0
+		for i := 0; i < 50; i++ {
+			now = now.Add(100 * time.Millisecond)
+			f.Add(now, 10*time.Millisecond)
+		}
+		n := 0
+		for {
+			now = now.Add(100 * time.Millisecond)
+			f.Add(now, 10*time.Millisecond+step)
+			n++
+			if e, _ := f.Estimate(now); e == 10*time.Millisecond+step {
+				break
+			}
+			if n > 10 {
+				t.Fatalf("step %v not followed after %d samples", step, n)
+			}
+		}
+		if n > DefaultFilterConfig().StepCount {
+			t.Errorf("step %v followed after %d samples", step, n)
+		}
+	}
+}
+
+func TestFilterExpiresOldSamples(t *testing.T) {
+	f := NewFilter(DefaultFilterConfig())
+	f.Add(t0, time.Millisecond)
+	if _, ok := f.Estimate(t0.Add(time.Second)); !ok {
+		t.Fatal("fresh sample dropped")
+	}
+	if _, ok := f.Estimate(t0.Add(10 * time.Second)); ok {
+		t.Fatal("old sample kept")
+	}
+}
+
+// exchange simulates one probe over a link with the given one-way delays
+// and responder clock offset, returning the reply's receive time.
+func exchange(l *Link, now time.Time, fwd, back, offset, hold time.Duration) time.Time {
+	seq, stamp := l.Probe(now)
+	t2 := now.Add(fwd + offset)
+	r := wire.ProbeReply{Sender: 2, Receiver: 1, Seq: seq, ProbeSendTime: stamp,
+		ProbeRecvTime: t2.UnixNano(), ReplySendTime: t2.Add(hold).UnixNano()}
+	t4 := now.Add(fwd + hold + back)
+	if err := l.OnReply(t4, &r); err != nil {
+		panic(err)
+	}
+	return t4
+}
+
+func TestLinkEstimates(t *testing.T) {
+	l := NewLink(DefaultConfig())
+	now := t0
+	offset := 7 * time.Second
+	for i := 0; i < 20; i++ {
+		exchange(l, now, 15*time.Millisecond, 17*time.Millisecond, offset, 2*time.Millisecond)
+		now = now.Add(100 * time.Millisecond)
+	}
+	s := l.Stats(now)
+	if !s.Up || !s.Valid {
+		t.Fatalf("link not up: %+v", s)
+	}
+	if s.Delay != 15*time.Millisecond+offset {
+		t.Errorf("delay %v", s.Delay)
+	}
+	if s.RTT != 32*time.Millisecond || s.OneWayEstimate != 16*time.Millisecond {
+		t.Errorf("rtt %v one-way %v", s.RTT, s.OneWayEstimate)
+	}
+	if s.Loss != 0 {
+		t.Errorf("loss %v", s.Loss)
+	}
+	if l.Up(now.Add(600 * time.Millisecond)) {
+		t.Error("link up after 600 ms of silence")
+	}
+}
+
+func TestLinkLossAndBadReplies(t *testing.T) {
+	l := NewLink(DefaultConfig())
+	now := t0
+	for i := 0; i < 40; i++ {
+		if i%4 == 0 {
+			l.Probe(now) // lost
+		} else {
+			exchange(l, now, 5*time.Millisecond, 5*time.Millisecond, 0, 0)
+		}
+		now = now.Add(100 * time.Millisecond)
+	}
+	if got := l.Loss(now); got < 0.2 || got > 0.3 {
+		t.Errorf("loss %v, want 0.25", got)
+	}
+	r := wire.ProbeReply{Seq: 9999}
+	if err := l.OnReply(now, &r); err != ErrUnknownProbe {
+		t.Errorf("unknown probe: %v", err)
+	}
+	seq, stamp := l.Probe(now)
+	r = wire.ProbeReply{Seq: seq, ProbeSendTime: stamp, ProbeRecvTime: 10, ReplySendTime: 5}
+	if err := l.OnReply(now, &r); err != ErrBadTimes {
+		t.Errorf("negative hold: %v", err)
+	}
+}
+
+func BenchmarkFilterAdd(b *testing.B) {
+	f := NewFilter(DefaultFilterConfig())
+	now := t0
+	for i := 0; i < b.N; i++ {
+		now = now.Add(100 * time.Millisecond)
+		f.Add(now, time.Duration(i%1000)*time.Microsecond)
+	}
+}
