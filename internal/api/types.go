@@ -1,0 +1,130 @@
+// Package api is the agent's local HTTP JSON API: the response types (the
+// contract between the agent and the CLI), the server that serves them with
+// the Prometheus metrics, and the client the CLI uses.
+//
+// Endpoints (all JSON):
+//
+//	GET    /v1/status                 Status
+//	GET    /v1/links                  []Link: the measured matrix
+//	GET    /v1/routes                 []Route: the path to every site
+//	GET    /v1/tivs                   []TIV: pairs where a detour beats the direct path
+//	GET    /v1/why/{site}             Why: the candidates for one destination
+//	GET    /v1/fdb                    []FDBEntry
+//	POST   /v1/pins                   Pin: force a path to a destination
+//	DELETE /v1/pins/{site}            remove a pin
+//	POST   /v1/forbidden/{site}       never use site as a relay
+//	DELETE /v1/forbidden/{site}       allow it again
+//	GET    /metrics                   Prometheus text format
+//
+// Errors are returned as {"error": "..."} with a 4xx or 5xx status.
+package api
+
+// Status describes the agent and its view of the overlay.
+type Status struct {
+	Site          string            `json:"site"`
+	ID            string            `json:"id"`
+	Version       string            `json:"version"`
+	Listen        string            `json:"listen"`
+	UptimeSeconds float64           `json:"uptime_seconds"`
+	Members       []Member          `json:"members"`
+	Networks      []Network         `json:"networks"`
+	Pins          []Pin             `json:"pins"`
+	Forbidden     []string          `json:"forbidden_relays"`
+	Counters      map[string]uint64 `json:"counters"`
+}
+
+// Member is a site of the overlay as this agent sees it.
+type Member struct {
+	Name         string  `json:"name"`
+	ID           string  `json:"id"`
+	Address      string  `json:"address"`
+	State        string  `json:"state"`
+	SinceSeconds float64 `json:"since_seconds"`
+}
+
+// Network is a virtual L2 network this site has joined.
+type Network struct {
+	Name string `json:"name"`
+	ID   uint32 `json:"id"`
+	TAP  string `json:"tap"`
+	MTU  int    `json:"mtu"`
+}
+
+// Link is one directed pair of the measured matrix.
+//
+// ShiftedMs is the offset-shifted one-way delay d(from,to)+o(from)-o(to):
+// exact for comparing paths with the same endpoints, but not an absolute
+// delay. OneWayMs is an estimate of the absolute one-way delay: the pair's
+// RTT split so that both directions keep their measured difference.
+type Link struct {
+	From      string  `json:"from"`
+	To        string  `json:"to"`
+	Up        bool    `json:"up"`
+	ShiftedMs float64 `json:"shifted_ms"`
+	OneWayMs  float64 `json:"one_way_ms"`
+	RTTMs     float64 `json:"rtt_ms"`
+	LossPct   float64 `json:"loss_pct"`
+	JitterMs  float64 `json:"jitter_ms"`
+	AgeMs     float64 `json:"age_ms"`
+}
+
+// Route is this site's path to one destination.
+//
+// LatencyMs and DirectMs are estimated one-way delays (see Link.OneWayMs);
+// their difference, SavingMs, is exact.
+type Route struct {
+	Dest      string   `json:"dest"`
+	Path      []string `json:"path"`
+	Relayed   bool     `json:"relayed"`
+	LatencyMs float64  `json:"latency_ms"`
+	DirectMs  float64  `json:"direct_ms"`
+	SavingMs  float64  `json:"saving_ms"`
+	Pinned    bool     `json:"pinned"`
+	Changes   uint64   `json:"changes"`
+}
+
+// TIV is a directed pair for which a path through other sites is faster
+// than the direct one: a triangle-inequality violation.
+type TIV struct {
+	From     string   `json:"from"`
+	To       string   `json:"to"`
+	Via      []string `json:"via"`
+	DirectMs float64  `json:"direct_ms"`
+	BestMs   float64  `json:"best_ms"`
+	SavingMs float64  `json:"saving_ms"`
+}
+
+// Why explains the route to one destination.
+type Why struct {
+	Dest       string      `json:"dest"`
+	Chosen     []string    `json:"chosen"`
+	Reason     string      `json:"reason"`
+	Candidates []Candidate `json:"candidates"`
+}
+
+// Candidate is one path considered for a destination.
+type Candidate struct {
+	Path      []string `json:"path"`
+	LatencyMs float64  `json:"latency_ms"`
+	Note      string   `json:"note,omitempty"`
+}
+
+// FDBEntry is one learned Ethernet address.
+type FDBEntry struct {
+	Network    uint32  `json:"network"`
+	MAC        string  `json:"mac"`
+	Site       string  `json:"site"`
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+// Pin forces the path to a destination: Via lists the relays in order
+// (empty for the direct path).
+type Pin struct {
+	Dest string   `json:"dest"`
+	Via  []string `json:"via"`
+}
+
+// Error is the body of every error response.
+type Error struct {
+	Error string `json:"error"`
+}

@@ -1,0 +1,211 @@
+package cli
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/detour-overlay/detour/internal/api"
+	"github.com/detour-overlay/detour/internal/config"
+)
+
+// The inspection commands ask the local agent's API and print a table, or
+// the API's JSON with --json.
+func init() {
+	for _, c := range []struct {
+		name, summary, path string
+		print               func(w io.Writer, raw []byte) error
+	}{
+		{"status", "show this site's agent: members, networks, counters", "/v1/status", printStatus},
+		{"links", "show the measured matrix: one-way delays, RTT, loss", "/v1/links", printLinks},
+		{"routes", "show the path to every site with its latency and the direct path's", "/v1/routes", printRoutes},
+		{"tivs", "show pairs where a detour beats the direct path, and by how much", "/v1/tivs", printTIVs},
+		{"fdb", "show the learned Ethernet addresses", "/v1/fdb", printFDB},
+	} {
+		Register(Command{Name: c.name, Summary: c.summary, Run: func(args []string, stdout, stderr io.Writer) int {
+			return inspect(c.name, c.path, c.print, args, stdout, stderr)
+		}})
+	}
+	Register(Command{Name: "why", Summary: "explain the path to one site (detour why SITE)", Run: runWhy})
+	Register(Command{Name: "route", Summary: "operator overrides: route pin|unpin|forbid|allow", Run: runRoute})
+}
+
+// apiFlags declares the flags every API command takes.
+func apiFlags(name string, stderr io.Writer) (*flag.FlagSet, *string, *bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("api", config.DefaultAPI, "the agent's API address")
+	asJSON := fs.Bool("json", false, "print the API's JSON")
+	return fs, addr, asJSON
+}
+
+func inspect(name, path string, print func(io.Writer, []byte) error, args []string, stdout, stderr io.Writer) int {
+	fs, addr, asJSON := apiFlags(name, stderr)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return Fail(stderr, name, fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0)))
+	}
+	return show(name, api.NewClient(*addr), path, *asJSON, print, stdout, stderr)
+}
+
+func show(name string, c *api.Client, path string, asJSON bool, print func(io.Writer, []byte) error, stdout, stderr io.Writer) int {
+	var raw json.RawMessage
+	if err := c.Get(path, &raw); err != nil {
+		return Fail(stderr, name, err)
+	}
+	if asJSON {
+		stdout.Write(raw)
+		return 0
+	}
+	if err := print(stdout, raw); err != nil {
+		return Fail(stderr, name, err)
+	}
+	return 0
+}
+
+func runWhy(args []string, stdout, stderr io.Writer) int {
+	fs, addr, asJSON := apiFlags("why", stderr)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		return Fail(stderr, "why", fmt.Errorf("%w: detour why SITE", ErrUsage))
+	}
+	return show("why", api.NewClient(*addr), "/v1/why/"+api.PathEscape(fs.Arg(0)), *asJSON, printWhy, stdout, stderr)
+}
+
+func runRoute(args []string, stdout, stderr io.Writer) int {
+	fs, addr, _ := apiFlags("route", stderr)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	rest := fs.Args()
+	usage := fmt.Errorf("%w: detour route pin DEST [VIA...] | unpin DEST | forbid SITE | allow SITE", ErrUsage)
+	if len(rest) < 2 {
+		return Fail(stderr, "route", usage)
+	}
+	c := api.NewClient(*addr)
+	site := api.PathEscape(rest[1])
+	var err error
+	var out map[string]any
+	switch {
+	case rest[0] == "pin":
+		err = c.Post("/v1/pins", api.Pin{Dest: rest[1], Via: append([]string{}, rest[2:]...)}, &out)
+	case rest[0] == "unpin" && len(rest) == 2:
+		err = c.Delete("/v1/pins/"+site, &out)
+	case rest[0] == "forbid" && len(rest) == 2:
+		err = c.Post("/v1/forbidden/"+site, nil, &out)
+	case rest[0] == "allow" && len(rest) == 2:
+		err = c.Delete("/v1/forbidden/"+site, &out)
+	default:
+		return Fail(stderr, "route", usage)
+	}
+	if err != nil {
+		return Fail(stderr, "route", err)
+	}
+	fmt.Fprintf(stdout, "ok: %s %s\n", rest[0], strings.Join(rest[1:], " "))
+	return 0
+}
+
+func table(w io.Writer, header string, rows func(tw io.Writer)) error {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	rows(tw)
+	return tw.Flush()
+}
+
+func printStatus(w io.Writer, raw []byte) error {
+	var s api.Status
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "site %s (id %s), detour %s, listening on %s, up %.0f s\n\n", s.Site, s.ID, s.Version, s.Listen, s.UptimeSeconds)
+	table(w, "MEMBER\tID\tADDRESS\tSTATE\tSINCE", func(tw io.Writer) {
+		for _, m := range s.Members {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1fs\n", m.Name, m.ID, m.Address, m.State, m.SinceSeconds)
+		}
+	})
+	fmt.Fprintln(w)
+	table(w, "NETWORK\tID\tTAP\tMTU", func(tw io.Writer) {
+		for _, n := range s.Networks {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", n.Name, n.ID, n.TAP, n.MTU)
+		}
+	})
+	for _, p := range s.Pins {
+		fmt.Fprintf(w, "pinned: %s via [%s]\n", p.Dest, strings.Join(p.Via, " "))
+	}
+	if len(s.Forbidden) > 0 {
+		fmt.Fprintf(w, "forbidden relays: %s\n", strings.Join(s.Forbidden, " "))
+	}
+	return nil
+}
+
+func printLinks(w io.Writer, raw []byte) error {
+	var ls []api.Link
+	if err := json.Unmarshal(raw, &ls); err != nil {
+		return err
+	}
+	return table(w, "FROM\tTO\tUP\tONE-WAY(est) ms\tSHIFTED ms\tRTT ms\tLOSS %\tJITTER ms\tAGE ms", func(tw io.Writer) {
+		for _, l := range ls {
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%.2f\t%.2f\t%.2f\t%.1f\t%.2f\t%.0f\n", l.From, l.To, l.Up, l.OneWayMs, l.ShiftedMs, l.RTTMs, l.LossPct, l.JitterMs, l.AgeMs)
+		}
+	})
+}
+
+func printRoutes(w io.Writer, raw []byte) error {
+	var rs []api.Route
+	if err := json.Unmarshal(raw, &rs); err != nil {
+		return err
+	}
+	return table(w, "DEST\tPATH\tLATENCY ms\tDIRECT ms\tSAVING ms\tCHANGES\tPINNED", func(tw io.Writer) {
+		for _, r := range rs {
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2f\t%.2f\t%d\t%v\n", r.Dest, strings.Join(r.Path, " > "), r.LatencyMs, r.DirectMs, r.SavingMs, r.Changes, r.Pinned)
+		}
+	})
+}
+
+func printTIVs(w io.Writer, raw []byte) error {
+	var ts []api.TIV
+	if err := json.Unmarshal(raw, &ts); err != nil {
+		return err
+	}
+	if len(ts) == 0 {
+		fmt.Fprintln(w, "no triangle-inequality violations: every direct path is the fastest")
+		return nil
+	}
+	return table(w, "FROM\tTO\tVIA\tDIRECT ms\tBEST ms\tSAVING ms", func(tw io.Writer) {
+		for _, t := range ts {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.2f\t%.2f\n", t.From, t.To, strings.Join(t.Via, " "), t.DirectMs, t.BestMs, t.SavingMs)
+		}
+	})
+}
+
+func printFDB(w io.Writer, raw []byte) error {
+	var es []api.FDBEntry
+	if err := json.Unmarshal(raw, &es); err != nil {
+		return err
+	}
+	return table(w, "NETWORK\tMAC\tSITE\tAGE s", func(tw io.Writer) {
+		for _, e := range es {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%.1f\n", e.Network, e.MAC, e.Site, e.AgeSeconds)
+		}
+	})
+}
+
+func printWhy(w io.Writer, raw []byte) error {
+	var y api.Why
+	if err := json.Unmarshal(raw, &y); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "to %s: %s\n%s\n\n", y.Dest, strings.Join(y.Chosen, " > "), y.Reason)
+	return table(w, "CANDIDATE\tLATENCY ms\tNOTE", func(tw io.Writer) {
+		for _, c := range y.Candidates {
+			fmt.Fprintf(tw, "%s\t%.2f\t%s\n", strings.Join(c.Path, " > "), c.LatencyMs, c.Note)
+		}
+	})
+}
