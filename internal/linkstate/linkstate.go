@@ -1,0 +1,181 @@
+// Package linkstate keeps the matrix of measured links that every site
+// floods, so that all sites route on the same data.
+//
+// Each site (an origin) reports its outgoing links: for each peer, the
+// offset-shifted one-way delay, the round trip, loss, jitter and whether the
+// link is up. Reporting outgoing links means that a dead site's stale report
+// can never keep a path through it alive: the link into any site on a path
+// is reported by the site before it, which is alive or itself reported dead
+// by its own predecessor, back to the source.
+//
+// An origin's messages are ordered by (incarnation, sequence number). The
+// Originator decides when this site sends its own: at once after a
+// significant change (absolute thresholds on offset-shifted delays,
+// relative ones only on round trips), and otherwise every refresh interval.
+// Entries of an origin that has not been heard from for ExpireAfter are
+// dropped.
+//
+// The package is pure: callers pass the current time in.
+package linkstate
+
+import (
+	"slices"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// Link is one directed link as reported by its origin (From).
+type Link struct {
+	From, To wire.SiteID
+	Up       bool
+	// Delay is the offset-shifted one-way delay.
+	Delay  time.Duration
+	RTT    time.Duration
+	Jitter time.Duration
+	Loss   float64
+}
+
+// Origin is the latest report of one site.
+type Origin struct {
+	ID          wire.SiteID
+	Incarnation uint64
+	Seq         uint32
+	// Received is when the latest message was accepted (local clock).
+	Received time.Time
+	Links    map[wire.SiteID]Link
+}
+
+// DB holds the latest report of every origin, this site's own included.
+type DB struct {
+	expireAfter time.Duration
+	origins     map[wire.SiteID]*Origin
+}
+
+// NewDB returns an empty database whose entries expire after expireAfter
+// without news from their origin.
+func NewDB(expireAfter time.Duration) *DB {
+	return &DB{expireAfter: expireAfter, origins: map[wire.SiteID]*Origin{}}
+}
+
+// Outcome says what Apply did with a message.
+type Outcome int
+
+// Apply outcomes.
+const (
+	Accepted Outcome = iota // newer than what we had: stored, flood it on
+	Stale                   // same or older: ignored
+)
+
+// Apply stores a received link-state message if it is newer than the one
+// held for its origin.
+func (db *DB) Apply(now time.Time, ls *wire.LinkState) Outcome {
+	o := db.origins[ls.Origin]
+	if o != nil && !newer(ls.Incarnation, ls.Seq, o.Incarnation, o.Seq) {
+		return Stale
+	}
+	o = &Origin{ID: ls.Origin, Incarnation: ls.Incarnation, Seq: ls.Seq, Received: now,
+		Links: make(map[wire.SiteID]Link, len(ls.Entries))}
+	for i := range ls.Entries {
+		l := FromWire(ls.Origin, &ls.Entries[i])
+		o.Links[l.To] = l
+	}
+	db.origins[ls.Origin] = o
+	return Accepted
+}
+
+// newer orders (incarnation, seq) pairs; sequence numbers compare with
+// serial-number arithmetic so that wrap-around is harmless.
+func newer(inc uint64, seq uint32, oldInc uint64, oldSeq uint32) bool {
+	if inc != oldInc {
+		return inc > oldInc
+	}
+	return int32(seq-oldSeq) > 0
+}
+
+// SetOwn replaces this site's own report, which comes straight from its
+// measurements rather than from the wire.
+func (db *DB) SetOwn(now time.Time, self wire.SiteID, inc uint64, links []Link) {
+	o := &Origin{ID: self, Incarnation: inc, Received: now, Links: make(map[wire.SiteID]Link, len(links))}
+	if old := db.origins[self]; old != nil {
+		o.Seq = old.Seq
+	}
+	for _, l := range links {
+		o.Links[l.To] = l
+	}
+	db.origins[self] = o
+}
+
+// Link returns the link from → to as reported by from.
+func (db *DB) Link(from, to wire.SiteID) (Link, bool) {
+	o := db.origins[from]
+	if o == nil {
+		return Link{}, false
+	}
+	l, ok := o.Links[to]
+	return l, ok
+}
+
+// ReportsUp reports whether from's latest report says from → to is up.
+func (db *DB) ReportsUp(from, to wire.SiteID) bool {
+	l, ok := db.Link(from, to)
+	return ok && l.Up
+}
+
+// Origin returns the latest report of a site.
+func (db *DB) Origin(id wire.SiteID) (*Origin, bool) {
+	o, ok := db.origins[id]
+	return o, ok
+}
+
+// Origins returns the IDs of all origins held, sorted.
+func (db *DB) Origins() []wire.SiteID {
+	ids := make([]wire.SiteID, 0, len(db.origins))
+	for id := range db.origins {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Drop forgets an origin (a site that left or restarted). Links of other
+// origins towards it are kept; routing ignores them while it is not a live
+// member.
+func (db *DB) Drop(id wire.SiteID) { delete(db.origins, id) }
+
+// Expire drops origins (other than self) not heard from for ExpireAfter
+// and returns their IDs.
+func (db *DB) Expire(now time.Time, self wire.SiteID) []wire.SiteID {
+	var gone []wire.SiteID
+	for id, o := range db.origins {
+		if id != self && now.Sub(o.Received) > db.expireAfter {
+			gone = append(gone, id)
+			delete(db.origins, id)
+		}
+	}
+	slices.Sort(gone)
+	return gone
+}
+
+// Fresh reports whether an origin's report was received within
+// ExpireAfter.
+func (db *DB) Fresh(now time.Time, id wire.SiteID) bool {
+	o := db.origins[id]
+	return o != nil && now.Sub(o.Received) <= db.expireAfter
+}
+
+// FromWire converts a wire entry of origin from.
+func FromWire(from wire.SiteID, e *wire.LinkEntry) Link {
+	return Link{From: from, To: e.Peer, Up: e.Up(), Delay: time.Duration(e.Delay),
+		RTT: wire.MicrosFromWire(e.RTT), Jitter: wire.MicrosFromWire(e.Jitter), Loss: wire.LossFromWire(e.Loss)}
+}
+
+// ToWire converts a link to its wire entry.
+func ToWire(l Link) wire.LinkEntry {
+	e := wire.LinkEntry{Peer: l.To, Loss: wire.LossToWire(l.Loss), RTT: wire.MicrosToWire(l.RTT),
+		Jitter: wire.MicrosToWire(l.Jitter), Delay: int64(l.Delay)}
+	if l.Up {
+		e.Flags |= wire.LinkFlagUp
+	}
+	return e
+}

@@ -1,0 +1,86 @@
+package linkstate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func msg(inc uint64, seq uint32, delay time.Duration) *wire.LinkState {
+	return &wire.LinkState{Origin: 1, Incarnation: inc, Seq: seq,
+		Entries: []wire.LinkEntry{ToWire(Link{To: 2, Up: true, Delay: delay, RTT: 10 * time.Millisecond})}}
+}
+
+func TestApplyOrdersByIncarnationAndSeq(t *testing.T) {
+	db := NewDB(3 * time.Second)
+	if db.Apply(t0, msg(5, 10, time.Millisecond)) != Accepted {
+		t.Fatal("first message rejected")
+	}
+	if db.Apply(t0, msg(5, 10, 2*time.Millisecond)) != Stale || db.Apply(t0, msg(5, 9, 0)) != Stale {
+		t.Fatal("duplicate or older accepted")
+	}
+	if db.Apply(t0, msg(5, 11, -4*time.Second)) != Accepted {
+		t.Fatal("newer rejected")
+	}
+	if l, _ := db.Link(1, 2); l.Delay != -4*time.Second || !l.Up {
+		t.Fatalf("link %+v", l)
+	}
+	if db.Apply(t0, msg(6, 1, 0)) != Accepted || db.Apply(t0, msg(5, 99, 0)) != Stale {
+		t.Fatal("restart ordering")
+	}
+	if db.Apply(t0, msg(7, 0xFFFFFFFE, 0)) != Accepted || db.Apply(t0, msg(7, 3, 0)) != Accepted {
+		t.Fatal("serial-number wrap-around")
+	}
+}
+
+func TestExpire(t *testing.T) {
+	db := NewDB(3 * time.Second)
+	db.Apply(t0, msg(1, 1, 0))
+	db.SetOwn(t0, 9, 1, nil)
+	if got := db.Expire(t0.Add(2*time.Second), 9); len(got) != 0 {
+		t.Fatalf("expired early: %v", got)
+	}
+	if got := db.Expire(t0.Add(4*time.Second), 9); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("expired %v", got)
+	}
+	if _, ok := db.Origin(9); !ok {
+		t.Fatal("own report expired")
+	}
+}
+
+func TestOriginatorSendsSignificantChangesOnly(t *testing.T) {
+	o := NewOriginator(DefaultOriginatorConfig(), 1, 1)
+	links := []Link{{From: 1, To: 2, Up: true, Delay: 5 * time.Second, RTT: 100 * time.Millisecond}}
+	if !o.Due(t0, links) {
+		t.Fatal("first message not due")
+	}
+	o.Build(t0, links)
+	now := t0.Add(100 * time.Millisecond)
+	links[0].Delay += 200 * time.Microsecond
+	links[0].RTT += 4 * time.Millisecond
+	if o.Due(now, links) {
+		t.Fatal("small change sent at once")
+	}
+	links[0].Delay += 100 * time.Microsecond
+	if !o.Due(now, links) {
+		t.Fatal("0.3 ms delay change not sent")
+	}
+	o.Build(now, links)
+	links[0].Up = false
+	if o.Due(now.Add(time.Millisecond), links) {
+		t.Fatal("MinInterval not respected")
+	}
+	if !o.Due(now.Add(30*time.Millisecond), links) {
+		t.Fatal("link down not sent")
+	}
+	o.Build(now, links)
+	if o.Due(now.Add(999*time.Millisecond), links) || !o.Due(now.Add(time.Second), links) {
+		t.Fatal("refresh interval")
+	}
+	if o.Seq() != 3 {
+		t.Fatalf("seq %d", o.Seq())
+	}
+}
