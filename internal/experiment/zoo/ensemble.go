@@ -1,0 +1,337 @@
+// Package zoo deploys a real Apache ZooKeeper ensemble (the Debian
+// package's jars, each server started with plain java) and measures
+// synchronous reads and writes of znodes against it with the Go client
+// github.com/go-zookeeper/zk.
+//
+// The package knows nothing about the testbed: every server runs through a
+// Runner (which may place it in a network namespace) and every connection
+// goes through a Dialer (which may open its socket in one). The loopback
+// tests run three servers on 127.0.0.1, 127.0.0.2 and 127.0.0.3.
+package zoo
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Default locations of the Debian package's files.
+const (
+	DefaultJar     = "/usr/share/java/zookeeper.jar"
+	DefaultConfDir = "/etc/zookeeper/conf"
+	// ClientPort is the port every server listens on for clients.
+	ClientPort = 2181
+	// QuorumPort and ElectionPort carry the servers' own traffic.
+	QuorumPort   = 2888
+	ElectionPort = 3888
+)
+
+// Dialer opens a TCP connection; it has the signature of the zk client's
+// dialer so that one value serves both.
+type Dialer func(network, address string, timeout time.Duration) (net.Conn, error)
+
+// Runner builds the command that runs argv on one server's machine (for
+// the testbed, inside that site's host namespace). It must not start it.
+type Runner func(server string, argv []string) *exec.Cmd
+
+// Server is one member of the ensemble.
+type Server struct {
+	// Name identifies the server (a site name in the experiment).
+	Name string
+	// ID is the server's myid; with equal data the highest ID is elected
+	// leader.
+	ID int
+	// Addr is the IP address the server binds and the others reach it at.
+	Addr string
+}
+
+// Ensemble is a set of servers sharing one configuration.
+type Ensemble struct {
+	Servers []Server
+	// Dir holds one sub-directory per server (config, data, logs).
+	Dir string
+	// Run starts a server process; nil runs it directly.
+	Run Runner
+	// Dial reaches a server's client port for four-letter words; nil dials
+	// from the current namespace.
+	Dial Dialer
+	// Jar and ConfDir default to the Debian package's.
+	Jar, ConfDir string
+	// TickTime is ZooKeeper's tick; zero means 2 s (its default).
+	TickTime time.Duration
+
+	procs []*proc
+}
+
+// proc is one started server process and the channel closed when it has
+// exited (a goroutine waits for it from the start).
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Leader returns the server with the highest ID, the one ZooKeeper elects.
+func (e *Ensemble) Leader() Server {
+	var l Server
+	for _, s := range e.Servers {
+		if s.ID > l.ID {
+			l = s
+		}
+	}
+	return l
+}
+
+// Config returns the zoo.cfg of server s.
+func (e *Ensemble) Config(s Server) string {
+	tick := e.TickTime
+	if tick == 0 {
+		tick = 2 * time.Second
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "tickTime=%d\ninitLimit=10\nsyncLimit=5\n", tick.Milliseconds())
+	fmt.Fprintf(&b, "dataDir=%s\n", e.dataDir(s))
+	fmt.Fprintf(&b, "clientPort=%d\nclientPortAddress=%s\n", ClientPort, s.Addr)
+	b.WriteString("admin.enableServer=false\n")
+	b.WriteString("4lw.commands.whitelist=srvr,stat,mntr,conf,ruok\n")
+	// Followers must not wait for the election port of a peer that is not
+	// up yet any longer than needed.
+	b.WriteString("cnxTimeout=2000\n")
+	for _, o := range e.Servers {
+		fmt.Fprintf(&b, "server.%d=%s:%d:%d\n", o.ID, o.Addr, QuorumPort, ElectionPort)
+	}
+	return b.String()
+}
+
+func (e *Ensemble) serverDir(s Server) string { return filepath.Join(e.Dir, s.Name) }
+func (e *Ensemble) dataDir(s Server) string   { return filepath.Join(e.serverDir(s), "data") }
+
+// LogFile is the path of server s's ZooKeeper log.
+func (e *Ensemble) LogFile(s Server) string {
+	return filepath.Join(e.serverDir(s), "zookeeper.log")
+}
+
+// write lays out server s's directory: data/myid and zoo.cfg.
+func (e *Ensemble) write(s Server) (string, error) {
+	if err := os.MkdirAll(e.dataDir(s), 0o755); err != nil {
+		return "", err
+	}
+	myid := filepath.Join(e.dataDir(s), "myid")
+	if err := os.WriteFile(myid, []byte(strconv.Itoa(s.ID)+"\n"), 0o644); err != nil {
+		return "", err
+	}
+	cfg := filepath.Join(e.serverDir(s), "zoo.cfg")
+	return cfg, os.WriteFile(cfg, []byte(e.Config(s)), 0o644)
+}
+
+// argv is the java command line of server s, as the field notes give it.
+func (e *Ensemble) argv(s Server, cfg string) []string {
+	jar, conf := e.Jar, e.ConfDir
+	if jar == "" {
+		jar = DefaultJar
+	}
+	if conf == "" {
+		conf = DefaultConfDir
+	}
+	cp := strings.Join([]string{conf, jar, "/usr/share/java/slf4j-log4j12.jar", "/usr/share/java/log4j-1.2.jar"}, ":")
+	return []string{"java", "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+		"-Dzookeeper.log.dir=" + e.serverDir(s), "-Dzookeeper.root.logger=INFO,ROLLINGFILE",
+		"-cp", cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain", cfg}
+}
+
+// Start writes every server's configuration and starts all servers. On
+// error the servers already started are stopped.
+func (e *Ensemble) Start() error {
+	if len(e.Servers) == 0 {
+		return errors.New("zoo: no servers")
+	}
+	for _, s := range e.Servers {
+		if err := e.startOne(s); err != nil {
+			e.Stop()
+			return fmt.Errorf("zoo: start %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+func (e *Ensemble) startOne(s Server) error {
+	cfg, err := e.write(s)
+	if err != nil {
+		return err
+	}
+	argv := e.argv(s, cfg)
+	var cmd *exec.Cmd
+	if e.Run != nil {
+		cmd = e.Run(s.Name, argv)
+	} else {
+		cmd = exec.Command(argv[0], argv[1:]...)
+	}
+	out, err := os.Create(filepath.Join(e.serverDir(s), "stdout.log"))
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	cmd.Stdout, cmd.Stderr = out, out
+	// The JVM dies with us even if we are killed without a chance to
+	// clean up.
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	p := &proc{name: s.Name, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	e.procs = append(e.procs, p)
+	return nil
+}
+
+// PIDs returns the process IDs of the running servers.
+func (e *Ensemble) PIDs() []int {
+	var p []int
+	for _, c := range e.procs {
+		p = append(p, c.cmd.Process.Pid)
+	}
+	return p
+}
+
+// Stop kills every server this ensemble started, by PID, and waits for it.
+func (e *Ensemble) Stop() {
+	for _, p := range e.procs {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range e.procs {
+		select {
+		case <-p.done:
+		case <-time.After(3 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	e.procs = nil
+}
+
+// WaitQuorum waits until every server answers srvr, exactly one says
+// "Mode: leader" and it is the intended leader (the highest ID). It returns
+// the mode of each server by name.
+func (e *Ensemble) WaitQuorum(ctx context.Context) (map[string]string, error) {
+	var last error
+	for {
+		modes, err := e.Modes()
+		if err == nil {
+			err = e.checkModes(modes)
+			if err == nil {
+				return modes, nil
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("zoo: no quorum: %w (last: %v)", ctx.Err(), last)
+		case <-time.After(250 * time.Millisecond):
+		}
+		if err := e.exited(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// exited reports a server process that has already died.
+func (e *Ensemble) exited() error {
+	for _, p := range e.procs {
+		select {
+		case <-p.done:
+			return fmt.Errorf("zoo: server %s exited (%v); see %s", p.name, p.cmd.ProcessState, filepath.Join(e.Dir, p.name))
+		default:
+		}
+	}
+	return nil
+}
+
+func (e *Ensemble) checkModes(modes map[string]string) error {
+	leader := e.Leader().Name
+	for _, s := range e.Servers {
+		want := "follower"
+		if s.Name == leader {
+			want = "leader"
+		}
+		if modes[s.Name] != want {
+			return fmt.Errorf("zoo: %s is %q, want %s", s.Name, modes[s.Name], want)
+		}
+	}
+	return nil
+}
+
+// Modes asks every server for srvr and returns its Mode line.
+func (e *Ensemble) Modes() (map[string]string, error) {
+	m := map[string]string{}
+	for _, s := range e.Servers {
+		out, err := FourLetter(e.Dial, s.Addr, "srvr")
+		if err != nil {
+			return nil, err
+		}
+		m[s.Name] = ParseMode(out)
+	}
+	return m, nil
+}
+
+// FourLetter sends a four-letter word to the server at addr and returns
+// its whole answer.
+func FourLetter(dial Dialer, addr, word string) (string, error) {
+	if dial == nil {
+		dial = net.DialTimeout
+	}
+	c, err := dial("tcp", net.JoinHostPort(addr, strconv.Itoa(ClientPort)), 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := c.Write([]byte(word)); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	r := bufio.NewReader(c)
+	for {
+		line, err := r.ReadString('\n')
+		b.WriteString(line)
+		if err != nil {
+			break
+		}
+	}
+	return b.String(), nil
+}
+
+// ParseMode extracts the value of the "Mode:" line of srvr's answer, e.g.
+// "leader", "follower" or "standalone"; "" if there is none (a server not
+// yet in a quorum answers "This ZooKeeper instance is not currently
+// serving requests").
+func ParseMode(srvr string) string {
+	for _, line := range strings.Split(srvr, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Mode:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// ParseVersion returns the ZooKeeper version a server reports in srvr, e.g.
+// "3.8.0-…".
+func ParseVersion(srvr string) string {
+	for _, line := range strings.Split(srvr, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Zookeeper version:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
