@@ -9,37 +9,61 @@ import (
 // egress is the state of one device loop: its buffers and the sequence
 // numbers of its network towards each site. It is owned by one goroutine.
 type egress struct {
-	e     *Engine
-	port  *Port
-	buf   []byte
-	flood [][]byte
-	msgs  []transport.Message
-	seq   map[wire.SiteID]uint32
-	hdr   wire.DataHeader
+	e      *Engine
+	port   *Port
+	bufs   [][]byte // each frame is read at Headroom, leaving room for the header
+	frames [][]byte // bufs[i][Headroom:], the views given to the device
+	sizes  []int
+	flood  [][]byte // buffers for the copies of flooded frames
+	nflood int
+	msgs   []transport.Message
+	seq    map[wire.SiteID]uint32
+	hdr    wire.DataHeader
 }
+
+// batchFrames is how many frames one device wake-up reads at most.
+const batchFrames = 32
 
 func (e *Engine) newEgress(p *Port) *egress {
-	return &egress{e: e, port: p, buf: make([]byte, Headroom+maxFrame), seq: map[wire.SiteID]uint32{}}
+	size := frameSize(p.Dev.MTU())
+	g := &egress{e: e, port: p, seq: map[wire.SiteID]uint32{}, sizes: make([]int, batchFrames)}
+	for i := 0; i < batchFrames; i++ {
+		b := make([]byte, Headroom+size)
+		g.bufs = append(g.bufs, b)
+		g.frames = append(g.frames, b[Headroom:])
+	}
+	return g
 }
 
-// deviceLoop reads frames from one device and sends them on.
+// frameSize is the largest Ethernet frame a device of this MTU gives:
+// the MTU plus the Ethernet and VLAN headers.
+func frameSize(mtu int) int { return min(mtu+18, maxFrame) }
+
+// deviceLoop reads batches of frames from one device and sends each batch
+// on the underlay with one system call.
 func (e *Engine) deviceLoop(p *Port) error {
 	g := e.newEgress(p)
 	for {
-		n, err := p.Dev.Read(g.buf[Headroom:])
+		n, err := p.Dev.ReadBatch(g.frames, g.sizes)
 		if err != nil {
 			return err
 		}
-		g.forward(n)
+		g.msgs, g.nflood = g.msgs[:0], 0
+		for i := 0; i < n; i++ {
+			g.forward(i, g.sizes[i])
+		}
+		if len(g.msgs) > 0 {
+			e.send(g.msgs)
+		}
 	}
 }
 
-// forward sends the frame of length n at g.buf[Headroom:] towards the site
-// its destination address was learned at, or to every site.
-func (g *egress) forward(n int) {
+// forward queues frame i of the batch, of length n, towards the site its
+// destination address was learned at, or towards every site.
+func (g *egress) forward(i, n int) {
 	e := g.e
 	e.stats.FramesIn.Add(1)
-	frame := g.buf[Headroom : Headroom+n]
+	frame := g.frames[i][:n]
 	if n < 14 {
 		e.stats.DropMalformed.Add(1)
 		return
@@ -56,11 +80,11 @@ func (g *egress) forward(n int) {
 			return
 		}
 		if ok {
-			g.unicast(site, n)
+			g.unicast(site, i, n)
 			return
 		}
 	}
-	g.broadcast(n)
+	g.broadcast(frame)
 }
 
 // header prepares g.hdr for a packet to dst and returns the first hop.
@@ -78,8 +102,8 @@ func (g *egress) header(r Routes, dst wire.SiteID) (transport.Message, bool) {
 	return transport.Message{Addr: addr}, true
 }
 
-// unicast encapsulates the frame in place, in the headroom before it.
-func (g *egress) unicast(dst wire.SiteID, n int) {
+// unicast encapsulates frame i in place, in the headroom before it.
+func (g *egress) unicast(dst wire.SiteID, i, n int) {
 	r := g.e.routes.Load().r
 	m, ok := g.header(r, dst)
 	if !ok {
@@ -87,37 +111,36 @@ func (g *egress) unicast(dst wire.SiteID, n int) {
 		return
 	}
 	start := Headroom - g.hdr.Len()
-	g.hdr.Put(g.buf[start:])
-	m.Buf = g.buf[start:]
+	g.hdr.Put(g.bufs[i][start:])
+	m.Buf = g.bufs[i][start:]
 	m.N = g.hdr.Len() + n
-	g.msgs = append(g.msgs[:0], m)
-	g.e.send(g.msgs)
+	g.msgs = append(g.msgs, m)
 }
 
-// broadcast sends one copy of the frame to every other site, each along
+// broadcast queues one copy of the frame for every other site, each along
 // that site's own path, so every site receives it exactly once.
-func (g *egress) broadcast(n int) {
+func (g *egress) broadcast(frame []byte) {
 	r := g.e.routes.Load().r
-	frame := g.buf[Headroom : Headroom+n]
-	g.msgs = g.msgs[:0]
+	queued := false
 	for _, site := range r.Sites() {
 		m, ok := g.header(r, site)
 		if !ok {
 			g.e.stats.DropNoRoute.Add(1)
 			continue
 		}
-		i := len(g.msgs)
-		if i == len(g.flood) {
-			g.flood = append(g.flood, make([]byte, Headroom+maxFrame))
+		if g.nflood == len(g.flood) {
+			g.flood = append(g.flood, make([]byte, Headroom+len(g.frames[0])))
 		}
-		hl := g.hdr.Put(g.flood[i])
-		copy(g.flood[i][hl:], frame)
-		m.Buf, m.N = g.flood[i], hl+n
+		b := g.flood[g.nflood]
+		g.nflood++
+		hl := g.hdr.Put(b)
+		copy(b[hl:], frame)
+		m.Buf, m.N = b, hl+len(frame)
 		g.msgs = append(g.msgs, m)
+		queued = true
 	}
-	if len(g.msgs) > 0 {
+	if queued {
 		g.e.stats.Flooded.Add(1)
-		g.e.send(g.msgs)
 	}
 }
 

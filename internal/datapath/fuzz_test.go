@@ -23,11 +23,12 @@ func (nopConn) Close() error                                  { return nil }
 // nopDev discards frames.
 type nopDev struct{}
 
-func (nopDev) Read([]byte) (int, error)    { return 0, device.ErrClosed }
-func (nopDev) Write(f []byte) (int, error) { return len(f), nil }
-func (nopDev) Name() string                { return "nop" }
-func (nopDev) MTU() int                    { return 1500 }
-func (nopDev) Close() error                { return nil }
+func (nopDev) Read([]byte) (int, error)               { return 0, device.ErrClosed }
+func (nopDev) Write(f []byte) (int, error)            { return len(f), nil }
+func (nopDev) ReadBatch([][]byte, []int) (int, error) { return 0, device.ErrClosed }
+func (nopDev) Name() string                           { return "nop" }
+func (nopDev) MTU() int                               { return 1500 }
+func (nopDev) Close() error                           { return nil }
 
 func benchEngine() *Engine {
 	e := New(Config{
@@ -72,11 +73,12 @@ func BenchmarkEgressUnicast(b *testing.B) {
 	g := e.newEgress(e.ports[testNet])
 	fr := frame(0xc, 0xa, string(make([]byte, 1400)))
 	e.ports[testNet].FDB.Learn(fdb.MAC{0xc, 0, 0, 0, 0, 0xc}, 3, 0)
-	copy(g.buf[Headroom:], fr)
+	copy(g.frames[0], fr)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(fr)))
 	for b.Loop() {
-		g.forward(len(fr))
+		g.msgs = g.msgs[:0]
+		g.forward(0, len(fr))
 	}
 }
 

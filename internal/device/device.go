@@ -13,6 +13,10 @@ import (
 type Device interface {
 	// Read reads one frame into b and returns its length.
 	Read(b []byte) (int, error)
+	// ReadBatch blocks until at least one frame is available, then reads
+	// up to len(bufs) frames that are ready without blocking again; it sets
+	// sizes[i] to the length of frame i and returns the number of frames.
+	ReadBatch(bufs [][]byte, sizes []int) (int, error)
 	// Write writes one frame.
 	Write(frame []byte) (int, error)
 	// Name is the interface name.

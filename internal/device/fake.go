@@ -45,6 +45,25 @@ func (f *Fake) Read(b []byte) (int, error) {
 	}
 }
 
+// ReadBatch implements Device.
+func (f *Fake) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
+	n, err := f.Read(bufs[0])
+	if err != nil {
+		return 0, err
+	}
+	sizes[0] = n
+	i := 1
+	for ; i < len(bufs); i++ {
+		select {
+		case fr := <-f.in:
+			sizes[i] = copy(bufs[i], fr)
+		default:
+			return i, nil
+		}
+	}
+	return i, nil
+}
+
 // Write implements Device. A full output queue drops the frame, as a real
 // device with a full queue would.
 func (f *Fake) Write(frame []byte) (int, error) {
