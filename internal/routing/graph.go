@@ -1,0 +1,211 @@
+package routing
+
+import (
+	"slices"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// Edge is one usable directed link.
+type Edge struct {
+	// Delay is the offset-shifted one-way delay.
+	Delay time.Duration
+	// RTT is the round trip of the link (offset-free).
+	RTT  time.Duration
+	Loss float64
+}
+
+// Matrix is the graph routes are computed on: the live members (self
+// included) and the links that are up between them. Build it with
+// NewMatrix and Set; it is not modified by the router.
+type Matrix struct {
+	ids   []wire.SiteID
+	index map[wire.SiteID]int
+	edges []Edge // n × n
+	has   []bool
+}
+
+// NewMatrix returns a matrix over the given sites with no links.
+func NewMatrix(ids []wire.SiteID) *Matrix {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	m := &Matrix{ids: ids, index: make(map[wire.SiteID]int, len(ids)),
+		edges: make([]Edge, len(ids)*len(ids)), has: make([]bool, len(ids)*len(ids))}
+	for i, id := range ids {
+		m.index[id] = i
+	}
+	return m
+}
+
+// Set adds the usable link from → to. Unknown sites and self-links are
+// ignored.
+func (m *Matrix) Set(from, to wire.SiteID, e Edge) {
+	i, ok1 := m.index[from]
+	j, ok2 := m.index[to]
+	if !ok1 || !ok2 || i == j {
+		return
+	}
+	m.edges[i*len(m.ids)+j] = e
+	m.has[i*len(m.ids)+j] = true
+}
+
+// Edge returns the link from → to if it is usable.
+func (m *Matrix) Edge(from, to wire.SiteID) (Edge, bool) {
+	i, ok1 := m.index[from]
+	j, ok2 := m.index[to]
+	if !ok1 || !ok2 || !m.has[i*len(m.ids)+j] {
+		return Edge{}, false
+	}
+	return m.edges[i*len(m.ids)+j], true
+}
+
+// Sites returns the sites of the matrix, sorted. The slice is shared.
+func (m *Matrix) Sites() []wire.SiteID { return m.ids }
+
+// Has reports whether a site is in the matrix.
+func (m *Matrix) Has(id wire.SiteID) bool { _, ok := m.index[id]; return ok }
+
+// Metrics are the sums along a path.
+type Metrics struct {
+	// Delay is the sum of offset-shifted delays; comparable between paths
+	// with the same endpoints.
+	Delay time.Duration
+	// Cost is Delay plus the loss penalty: what routing minimises.
+	Cost time.Duration
+	// RTT is the sum of the links' round trips.
+	RTT time.Duration
+	// Delivery is the probability that a packet crosses every link.
+	Delivery float64
+}
+
+// Weights turn link loss into a cost.
+type Weights struct {
+	// LossPenalty is added to a link's cost per unit of loss (a link with
+	// 1 % loss costs LossPenalty/100 more). It is an absolute duration,
+	// so adding it keeps path comparisons offset-free.
+	LossPenalty time.Duration
+	// MaxLoss excludes links losing at least this fraction.
+	MaxLoss float64
+}
+
+func (w Weights) usable(e Edge) bool { return w.MaxLoss <= 0 || e.Loss < w.MaxLoss }
+
+func (w Weights) cost(e Edge) time.Duration {
+	return e.Delay + time.Duration(e.Loss*float64(w.LossPenalty))
+}
+
+// Measure sums a path from src; ok is false if a link is missing or
+// unusable, or the path repeats a site.
+func (m *Matrix) Measure(w Weights, src wire.SiteID, path []wire.SiteID) (Metrics, bool) {
+	mt := Metrics{Delivery: 1}
+	prev := src
+	for i, hop := range path {
+		if hop == src || slices.Contains(path[:i], hop) {
+			return Metrics{}, false
+		}
+		e, ok := m.Edge(prev, hop)
+		if !ok || !w.usable(e) {
+			return Metrics{}, false
+		}
+		mt.Delay += e.Delay
+		mt.Cost += w.cost(e)
+		mt.RTT += e.RTT
+		mt.Delivery *= 1 - e.Loss
+		prev = hop
+	}
+	return mt, len(path) > 0
+}
+
+// ShortestPaths computes from src the lowest-cost path of at most maxHops
+// links to every site, with a hop-limited Bellman–Ford that accepts
+// negative link weights. Sites in noRelay are never used as intermediate
+// hops. The result maps each reachable destination to its path (receivers
+// in order, excluding src). Ties go to fewer hops, then to lower site IDs.
+func (m *Matrix) ShortestPaths(w Weights, src wire.SiteID, maxHops int, noRelay func(wire.SiteID) bool) map[wire.SiteID][]wire.SiteID {
+	s, ok := m.index[src]
+	if !ok {
+		return nil
+	}
+	n := len(m.ids)
+	const none = -1
+	const inherit = -2
+	dist := make([][]time.Duration, maxHops+1)
+	pred := make([][]int, maxHops+1)
+	reach := make([][]bool, maxHops+1)
+	for k := range dist {
+		dist[k] = make([]time.Duration, n)
+		pred[k] = make([]int, n)
+		reach[k] = make([]bool, n)
+	}
+	for v := range pred[0] {
+		pred[0][v] = none
+	}
+	reach[0][s] = true
+	for k := 1; k <= maxHops; k++ {
+		copy(dist[k], dist[k-1])
+		copy(reach[k], reach[k-1])
+		for v := range pred[k] {
+			pred[k][v] = inherit
+		}
+		for u := 0; u < n; u++ {
+			if !reach[k-1][u] || (u != s && noRelay != nil && noRelay(m.ids[u])) {
+				continue
+			}
+			for v := 0; v < n; v++ {
+				if v == s || v == u || !m.has[u*n+v] {
+					continue
+				}
+				e := m.edges[u*n+v]
+				if !w.usable(e) {
+					continue
+				}
+				d := dist[k-1][u] + w.cost(e)
+				if !reach[k][v] || d < dist[k][v] {
+					dist[k][v], reach[k][v], pred[k][v] = d, true, u
+				}
+			}
+		}
+	}
+	out := make(map[wire.SiteID][]wire.SiteID, n)
+	for v := 0; v < n; v++ {
+		if v == s || !reach[maxHops][v] {
+			continue
+		}
+		if p := m.walk(pred, maxHops, v, s); p != nil {
+			out[m.ids[v]] = p
+		}
+	}
+	return out
+}
+
+// walk rebuilds the path to v from the predecessor layers, removing any
+// cycle (which can only appear through estimation noise on near-zero
+// round trips).
+func (m *Matrix) walk(pred [][]int, k, v, s int) []wire.SiteID {
+	var rev []int
+	for v != s && k > 0 {
+		switch p := pred[k][v]; p {
+		case -2:
+			k--
+		case -1:
+			return nil
+		default:
+			rev = append(rev, v)
+			v, k = p, k-1
+		}
+	}
+	if v != s {
+		return nil
+	}
+	path := make([]wire.SiteID, 0, len(rev))
+	for i := len(rev) - 1; i >= 0; i-- {
+		id := m.ids[rev[i]]
+		if j := slices.Index(path, id); j >= 0 {
+			path = path[:j] // cut the loop back to the first visit
+		}
+		path = append(path, id)
+	}
+	return path
+}

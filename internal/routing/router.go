@@ -1,0 +1,322 @@
+package routing
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// Config tunes route selection.
+type Config struct {
+	// MaxHops is H, the most links a path may have (1 = direct only).
+	MaxHops int
+	// MinGain and GainFraction: a path replaces the current one only if it
+	// is better by at least max(MinGain, GainFraction × its one-way
+	// latency), the one-way latency being estimated as half the sum of its
+	// links' round trips. With 0.5 ms and 2 % this is the bound the oracle
+	// check uses, so a kept path is never worse than that bound.
+	MinGain      time.Duration
+	GainFraction float64
+	// Hold is how long a better path must stay better before the switch.
+	Hold time.Duration
+	// Settle is how long after a destination first becomes reachable its
+	// route follows the best path without hysteresis, while the link
+	// matrix fills in.
+	Settle time.Duration
+	// MinSwitchInterval damps flapping: after a switch, the next one that
+	// is not forced by a dead path waits at least this long (0 disables).
+	MinSwitchInterval time.Duration
+	Weights           Weights
+}
+
+// DefaultConfig returns H = 3, max(0.5 ms, 2 %) held for 300 ms, 3 s of
+// settling, no flap damping, 1 ms of cost per 1 % of loss, and links
+// losing half their probes excluded.
+func DefaultConfig() Config {
+	return Config{
+		MaxHops:      3,
+		MinGain:      500 * time.Microsecond,
+		GainFraction: 0.02,
+		Hold:         300 * time.Millisecond,
+		Settle:       3 * time.Second,
+		Weights:      Weights{LossPenalty: 100 * time.Millisecond, MaxLoss: 0.5},
+	}
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	switch {
+	case c.MaxHops < 1 || c.MaxHops > wire.MaxPath:
+		return fmt.Errorf("routing: max hops %d not in 1..%d", c.MaxHops, wire.MaxPath)
+	case c.MinGain < 0 || c.GainFraction < 0 || c.GainFraction >= 1:
+		return errors.New("routing: switching gain must be non-negative and the fraction below 1")
+	case c.Hold < 0 || c.Settle < 0 || c.MinSwitchInterval < 0:
+		return errors.New("routing: negative hold, settle or damping time")
+	case c.Weights.LossPenalty < 0 || c.Weights.MaxLoss < 0 || c.Weights.MaxLoss > 1:
+		return errors.New("routing: loss penalty must be non-negative and max loss in 0..1")
+	}
+	return nil
+}
+
+// Errors returned by operator overrides.
+var (
+	ErrBadPath = errors.New("routing: pinned path must be non-empty, end at the destination, not contain this site and not repeat a site")
+)
+
+// Switch records a route change.
+type Switch struct {
+	At       time.Time
+	From, To []wire.SiteID
+	Reason   string
+}
+
+// dest is the per-destination selection state.
+type dest struct {
+	path         []wire.SiteID
+	pinned       bool
+	since        time.Time
+	firstSeen    time.Time
+	pendingSince time.Time // a better path has been better since then
+	lastSwitch   time.Time
+	switches     int
+	prevPath     []wire.SiteID
+	prevDelay    time.Duration
+	last         Switch
+}
+
+// Router selects the routes of one site and keeps the hysteresis state.
+type Router struct {
+	cfg       Config
+	self      wire.SiteID
+	dests     map[wire.SiteID]*dest
+	pins      map[wire.SiteID][]wire.SiteID
+	forbidden map[wire.SiteID]bool
+	version   uint64
+	table     *Table
+	tableKey  map[wire.SiteID]tableEntry
+	addrs     map[wire.SiteID]netip.AddrPort
+	dirty     bool
+	matrix    *Matrix
+}
+
+type tableEntry struct {
+	path  string
+	delay time.Duration
+}
+
+// NewRouter returns a router for site self. cfg must be valid.
+func NewRouter(cfg Config, self wire.SiteID) *Router {
+	r := &Router{cfg: cfg, self: self, dests: map[wire.SiteID]*dest{}, pins: map[wire.SiteID][]wire.SiteID{},
+		forbidden: map[wire.SiteID]bool{}, addrs: map[wire.SiteID]netip.AddrPort{}}
+	r.table = NewTable(0, self, nil, nil)
+	return r
+}
+
+// Table returns the current snapshot.
+func (r *Router) Table() *Table { return r.table }
+
+// Config returns the router's configuration.
+func (r *Router) Config() Config { return r.cfg }
+
+// Pin forces the path to dst (receivers in order, ending at dst). A pinned
+// path is used while all its links are up; when one is down, normal
+// selection applies until it is back.
+func (r *Router) Pin(dst wire.SiteID, path []wire.SiteID) error {
+	if len(path) == 0 || len(path) > wire.MaxPath || path[len(path)-1] != dst || slices.Contains(path, r.self) {
+		return ErrBadPath
+	}
+	for i, id := range path {
+		if id == 0 || slices.Contains(path[:i], id) {
+			return ErrBadPath
+		}
+	}
+	r.pins[dst] = slices.Clone(path)
+	r.dirty = true
+	return nil
+}
+
+// Unpin removes the pin of dst.
+func (r *Router) Unpin(dst wire.SiteID) { delete(r.pins, dst); r.dirty = true }
+
+// Pins returns a copy of the pinned paths.
+func (r *Router) Pins() map[wire.SiteID][]wire.SiteID {
+	out := make(map[wire.SiteID][]wire.SiteID, len(r.pins))
+	for k, v := range r.pins {
+		out[k] = slices.Clone(v)
+	}
+	return out
+}
+
+// ForbidRelay stops using site as a relay (routes through it switch at
+// once); AllowRelay lifts that.
+func (r *Router) ForbidRelay(site wire.SiteID) { r.forbidden[site] = true; r.dirty = true }
+
+// AllowRelay lifts ForbidRelay.
+func (r *Router) AllowRelay(site wire.SiteID) { delete(r.forbidden, site); r.dirty = true }
+
+// Forbidden returns the sites forbidden as relays, sorted.
+func (r *Router) Forbidden() []wire.SiteID {
+	out := make([]wire.SiteID, 0, len(r.forbidden))
+	for id := range r.forbidden {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (r *Router) noRelay(id wire.SiteID) bool { return r.forbidden[id] }
+
+// threshold is the gain a path p needs over the current path.
+func (r *Router) threshold(p Metrics) time.Duration {
+	return max(r.cfg.MinGain, time.Duration(r.cfg.GainFraction*float64(p.RTT/2)))
+}
+
+// usable checks that a path still works and obeys the relay policy.
+func (r *Router) usable(m *Matrix, p []wire.SiteID) (Metrics, bool) {
+	for _, id := range p[:len(p)-1] {
+		if r.forbidden[id] {
+			return Metrics{}, false
+		}
+	}
+	return m.Measure(r.cfg.Weights, r.self, p)
+}
+
+// Update recomputes the routes on matrix m (live members and usable links)
+// at now, with addrs the underlay addresses of the live members. It returns
+// the switches made and publishes a new Table if anything changed.
+func (r *Router) Update(now time.Time, m *Matrix, addrs map[wire.SiteID]netip.AddrPort) []Switch {
+	r.matrix = m
+	best := m.ShortestPaths(r.cfg.Weights, r.self, r.cfg.MaxHops, r.noRelay)
+	var switches []Switch
+	for id := range r.dests {
+		if _, ok := best[id]; !ok {
+			delete(r.dests, id) // unreachable: forget, including settling
+			r.dirty = true
+		}
+	}
+	for _, id := range m.Sites() {
+		bp, ok := best[id]
+		if id == r.self || !ok {
+			continue
+		}
+		if s, ok := r.select1(now, m, id, bp); ok {
+			switches = append(switches, s)
+		}
+	}
+	if !maps2Equal(r.addrs, addrs) {
+		r.addrs = clone(addrs)
+		r.dirty = true
+	}
+	r.publish(now, m)
+	return switches
+}
+
+// select1 runs the selection for one destination with best path bp.
+func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.SiteID) (Switch, bool) {
+	d := r.dests[id]
+	if d == nil {
+		d = &dest{firstSeen: now}
+		r.dests[id] = d
+	}
+	if pin, ok := r.pins[id]; ok {
+		if _, ok := m.Measure(r.cfg.Weights, r.self, pin); ok {
+			if !d.pinned || !slices.Equal(d.path, pin) {
+				return r.install(now, d, pin, true, "pinned by operator"), true
+			}
+			return Switch{}, false
+		}
+	}
+	bm, _ := m.Measure(r.cfg.Weights, r.self, bp)
+	if d.path == nil {
+		return r.install(now, d, bp, false, "first route"), true
+	}
+	cm, ok := r.usable(m, d.path)
+	if !ok || d.pinned {
+		reason := "current path died"
+		if d.pinned {
+			reason = "pin removed or pinned path down"
+		}
+		return r.install(now, d, bp, false, reason), true
+	}
+	if slices.Equal(d.path, bp) {
+		d.pendingSince = time.Time{}
+		return Switch{}, false
+	}
+	gain := cm.Cost - bm.Cost
+	if now.Sub(d.firstSeen) < r.cfg.Settle {
+		if gain > 0 {
+			return r.install(now, d, bp, false, fmt.Sprintf("settling: better by %v", gain)), true
+		}
+		return Switch{}, false
+	}
+	if gain < r.threshold(bm) {
+		d.pendingSince = time.Time{}
+		return Switch{}, false
+	}
+	if d.pendingSince.IsZero() {
+		d.pendingSince = now
+	}
+	if now.Sub(d.pendingSince) < r.cfg.Hold {
+		return Switch{}, false
+	}
+	if r.cfg.MinSwitchInterval > 0 && !d.lastSwitch.IsZero() && now.Sub(d.lastSwitch) < r.cfg.MinSwitchInterval {
+		return Switch{}, false
+	}
+	return r.install(now, d, bp, false, fmt.Sprintf("better by %v for %v", gain.Round(time.Microsecond), now.Sub(d.pendingSince))), true
+}
+
+func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, pinned bool, reason string) Switch {
+	s := Switch{At: now, From: d.path, To: slices.Clone(p), Reason: reason}
+	d.prevPath, d.prevDelay = nil, 0
+	if d.path != nil {
+		d.switches++
+		if pm, ok := r.matrix.Measure(r.cfg.Weights, r.self, d.path); ok {
+			d.prevPath, d.prevDelay = d.path, pm.Delay
+		}
+	}
+	d.path, d.pinned, d.since, d.lastSwitch = s.To, pinned, now, now
+	d.pendingSince = time.Time{}
+	d.last = s
+	r.dirty = true
+	return s
+}
+
+// NextDeadline returns the earliest time a pending switch may happen (zero
+// if none is pending), so that the caller can tick then.
+func (r *Router) NextDeadline() time.Time {
+	var t time.Time
+	for _, d := range r.dests {
+		if d.pendingSince.IsZero() {
+			continue
+		}
+		at := d.pendingSince.Add(r.cfg.Hold)
+		if t.IsZero() || at.Before(t) {
+			t = at
+		}
+	}
+	return t
+}
+
+func maps2Equal(a, b map[wire.SiteID]netip.AddrPort) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func clone(a map[wire.SiteID]netip.AddrPort) map[wire.SiteID]netip.AddrPort {
+	out := make(map[wire.SiteID]netip.AddrPort, len(a))
+	for k, v := range a {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,349 @@
+package routing
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const ms = time.Millisecond
+
+// net is a test network: true one-way delays and clock offsets.
+type net struct {
+	n      int
+	d      [][]time.Duration
+	offset []time.Duration
+}
+
+func ids(n int) []wire.SiteID {
+	out := make([]wire.SiteID, n)
+	for i := range out {
+		out[i] = wire.SiteID(i + 1)
+	}
+	return out
+}
+
+// matrix builds the offset-shifted matrix the router sees.
+func (t *net) matrix() *Matrix {
+	m := NewMatrix(ids(t.n))
+	for i := 0; i < t.n; i++ {
+		for j := 0; j < t.n; j++ {
+			if i == j || t.d[i][j] < 0 {
+				continue
+			}
+			m.Set(wire.SiteID(i+1), wire.SiteID(j+1), Edge{
+				Delay: t.d[i][j] + t.offset[j] - t.offset[i],
+				RTT:   t.d[i][j] + max(t.d[j][i], 0),
+			})
+		}
+	}
+	return m
+}
+
+func (t *net) trueDelay(src int, p []wire.SiteID) time.Duration {
+	var sum time.Duration
+	prev := src
+	for _, h := range p {
+		sum += t.d[prev][int(h)-1]
+		prev = int(h) - 1
+	}
+	return sum
+}
+
+// bruteBest returns the lowest true delay from s to d over simple paths of
+// at most h links.
+func (t *net) bruteBest(s, d, h int) time.Duration {
+	best := time.Duration(1 << 62)
+	var rec func(u int, used []bool, hops int, sum time.Duration)
+	rec = func(u int, used []bool, hops int, sum time.Duration) {
+		if u == d {
+			best = min(best, sum)
+			return
+		}
+		if hops == h {
+			return
+		}
+		for v := 0; v < t.n; v++ {
+			if !used[v] && t.d[u][v] >= 0 && u != v {
+				used[v] = true
+				rec(v, used, hops+1, sum+t.d[u][v])
+				used[v] = false
+			}
+		}
+	}
+	used := make([]bool, t.n)
+	used[s] = true
+	rec(s, used, 0, 0)
+	return best
+}
+
+func randomNet(rng *rand.Rand, n int) *net {
+	t := &net{n: n, d: make([][]time.Duration, n), offset: make([]time.Duration, n)}
+	for i := range t.d {
+		t.d[i] = make([]time.Duration, n)
+		t.offset[i] = time.Duration(rng.Int64N(int64(20*time.Second))) - 10*time.Second
+		for j := range t.d[i] {
+			t.d[i][j] = time.Duration(1+rng.IntN(100)) * ms
+			if rng.IntN(10) == 0 {
+				t.d[i][j] = -1 // no link
+			}
+		}
+	}
+	return t
+}
+
+// TestShortestPathsIgnoreClockOffsets checks on random networks with clock
+// offsets of ±10 s (so most offset-shifted weights are negative) that the
+// hop-limited Bellman–Ford finds paths whose true delay is the optimum of
+// a brute-force search on the true delays.
+func TestShortestPathsIgnoreClockOffsets(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := 0; trial < 50; trial++ {
+		tn := randomNet(rng, 7)
+		m := tn.matrix()
+		for h := 1; h <= 3; h++ {
+			for s := 0; s < tn.n; s++ {
+				paths := m.ShortestPaths(Weights{}, wire.SiteID(s+1), h, nil)
+				for d := 0; d < tn.n; d++ {
+					want := tn.bruteBest(s, d, h)
+					p, ok := paths[wire.SiteID(d+1)]
+					if d == s {
+						continue
+					}
+					if want == 1<<62 {
+						if ok {
+							t.Fatalf("path %v found where none exists", p)
+						}
+						continue
+					}
+					if !ok || len(p) > h || tn.trueDelay(s, p) != want {
+						t.Fatalf("trial %d h %d %d→%d: path %v true %v, want %v", trial, h, s+1, d+1, p, tn.trueDelay(s, p), want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// leon is the leon-japan triangle: 1 Fujisawa, 2 Inagi, 3 Seoul.
+func leon() *net {
+	return &net{n: 3, offset: []time.Duration{0, 0, 0}, d: [][]time.Duration{
+		{0, 1800 * time.Microsecond, 15500 * time.Microsecond},
+		{2200 * time.Microsecond, 0, 8300 * time.Microsecond},
+		{16500 * time.Microsecond, 8700 * time.Microsecond, 0},
+	}}
+}
+
+func addrsOf(n int) map[wire.SiteID]netip.AddrPort {
+	out := map[wire.SiteID]netip.AddrPort{}
+	for i := 1; i <= n; i++ {
+		out[wire.SiteID(i)] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), 4789)
+	}
+	return out
+}
+
+func TestLeonRelaysViaInagi(t *testing.T) {
+	tn := leon()
+	tn.offset = []time.Duration{3 * time.Second, -5 * time.Second, 7 * time.Second}
+	r := NewRouter(DefaultConfig(), 1)
+	r.Update(t0, tn.matrix(), addrsOf(3))
+	rt, ok := r.Table().Lookup(3)
+	if !ok || !slices.Equal(rt.Path, []wire.SiteID{2, 3}) {
+		t.Fatalf("route %+v", rt)
+	}
+	if rt.FirstHop != addrsOf(3)[2] || !rt.DirectUp {
+		t.Fatalf("first hop %v direct %v", rt.FirstHop, rt.DirectUp)
+	}
+	if gain := rt.DirectDelay - rt.Delay; gain != 5400*time.Microsecond {
+		t.Errorf("gain %v, want 5.4ms", gain)
+	}
+	if rt.OneWayEstimate != 16*ms-5400*time.Microsecond {
+		t.Errorf("one-way estimate %v", rt.OneWayEstimate)
+	}
+	if rt.RTTEstimate != 21*ms {
+		t.Errorf("rtt estimate %v, want 21ms", rt.RTTEstimate)
+	}
+	var h wire.DataHeader
+	if a, ok := r.Table().Path(3, &h); !ok || a != addrsOf(3)[2] || h.PathLen != 2 || h.Path[0] != 2 || h.Path[1] != 3 {
+		t.Fatalf("Path filled %+v", h)
+	}
+	if got := r.Table().Sites(); !slices.Equal(got, []wire.SiteID{2, 3}) {
+		t.Fatalf("sites %v", got)
+	}
+}
+
+// settled returns a router past its settle time on tn.
+func settled(t *testing.T, tn *net) (*Router, time.Time) {
+	r := NewRouter(DefaultConfig(), 1)
+	r.Update(t0, tn.matrix(), addrsOf(tn.n))
+	now := t0.Add(DefaultConfig().Settle + time.Second)
+	r.Update(now, tn.matrix(), addrsOf(tn.n))
+	return r, now
+}
+
+func path(r *Router, dst wire.SiteID) []wire.SiteID {
+	rt, _ := r.Table().Lookup(dst)
+	if rt == nil {
+		return nil
+	}
+	return rt.Path
+}
+
+func TestHysteresis(t *testing.T) {
+	tn := leon()
+	r, now := settled(t, tn)
+	// Make the direct path 0.4 ms better than the relay: below threshold.
+	tn.d[0][2] = 10100*time.Microsecond - 400*time.Microsecond
+	for i := 0; i < 10; i++ {
+		now = now.Add(100 * ms)
+		r.Update(now, tn.matrix(), addrsOf(3))
+	}
+	if !slices.Equal(path(r, 3), []wire.SiteID{2, 3}) {
+		t.Fatalf("switched for 0.4 ms: %v", path(r, 3))
+	}
+	// 2 ms better: switch only after the hold time.
+	tn.d[0][2] = 8100 * time.Microsecond
+	start := now
+	for !slices.Equal(path(r, 3), []wire.SiteID{3}) {
+		now = now.Add(50 * ms)
+		r.Update(now, tn.matrix(), addrsOf(3))
+		if now.Sub(start) > time.Second {
+			t.Fatal("no switch for 2 ms")
+		}
+	}
+	if took := now.Sub(start); took < DefaultConfig().Hold || took > DefaultConfig().Hold+50*ms {
+		t.Errorf("switched after %v, want the %v hold", took, DefaultConfig().Hold)
+	}
+	rt, _ := r.Table().Lookup(3)
+	if !slices.Equal(rt.PrevPath, []wire.SiteID{2, 3}) || rt.PrevDelay-rt.Delay != 2*ms {
+		t.Errorf("prev %v hold %v, want 2ms", rt.PrevPath, rt.PrevDelay-rt.Delay)
+	}
+	// A short blip of a better path does not switch back.
+	tn.d[0][1] = 100 * time.Microsecond
+	r.Update(now.Add(50*ms), tn.matrix(), addrsOf(3))
+	tn.d[0][1] = 1800 * time.Microsecond
+	r.Update(now.Add(400*ms), tn.matrix(), addrsOf(3))
+	if !slices.Equal(path(r, 3), []wire.SiteID{3}) {
+		t.Fatalf("switched for a blip: %v", path(r, 3))
+	}
+}
+
+func TestDeadPathSwitchesAtOnce(t *testing.T) {
+	tn := leon()
+	r, now := settled(t, tn)
+	tn.d[1][2] = -1 // Inagi→Seoul down
+	sw := r.Update(now.Add(time.Millisecond), tn.matrix(), addrsOf(3))
+	if !slices.Equal(path(r, 3), []wire.SiteID{3}) || len(sw) != 1 {
+		t.Fatalf("path %v switches %v", path(r, 3), sw)
+	}
+	if rt, _ := r.Table().Lookup(3); rt.PrevPath != nil {
+		t.Errorf("prev path of a dead path: %v", rt.PrevPath)
+	}
+}
+
+func TestFlapDamping(t *testing.T) {
+	tn := leon()
+	cfg := DefaultConfig()
+	cfg.MinSwitchInterval = 10 * time.Second
+	r := NewRouter(cfg, 1)
+	now := t0
+	r.Update(now, tn.matrix(), addrsOf(3))
+	now = now.Add(cfg.Settle)
+	switches := 0
+	for i := 0; i < 600; i++ { // 60 s, direct flapping every 2 s
+		if (i/20)%2 == 0 {
+			tn.d[0][2] = 5 * ms
+		} else {
+			tn.d[0][2] = 15 * ms
+		}
+		now = now.Add(100 * ms)
+		switches += len(r.Update(now, tn.matrix(), addrsOf(3)))
+	}
+	if switches > 7 {
+		t.Fatalf("%d switches in 60 s with 10 s damping", switches)
+	}
+	if switches < 2 {
+		t.Fatalf("%d switches: damping blocks real changes", switches)
+	}
+}
+
+func TestPinAndForbid(t *testing.T) {
+	tn := leon()
+	r, now := settled(t, tn)
+	if err := r.Pin(3, []wire.SiteID{1, 3}); err == nil {
+		t.Fatal("path through self accepted")
+	}
+	if err := r.Pin(3, []wire.SiteID{3}); err != nil {
+		t.Fatal(err)
+	}
+	r.Update(now, tn.matrix(), addrsOf(3))
+	if rt, _ := r.Table().Lookup(3); !rt.Pinned || !slices.Equal(rt.Path, []wire.SiteID{3}) {
+		t.Fatalf("pin not applied: %+v", rt)
+	}
+	if ex := r.Why(now, 3); !ex.PinActive || ex.Reason != "pinned by the operator" {
+		t.Fatalf("why: %+v", ex)
+	}
+	r.Unpin(3)
+	r.Update(now, tn.matrix(), addrsOf(3))
+	if !slices.Equal(path(r, 3), []wire.SiteID{2, 3}) {
+		t.Fatalf("unpin: %v", path(r, 3))
+	}
+	r.ForbidRelay(2)
+	r.Update(now, tn.matrix(), addrsOf(3))
+	if !slices.Equal(path(r, 3), []wire.SiteID{3}) {
+		t.Fatalf("forbidden relay still used: %v", path(r, 3))
+	}
+	if ex := r.Why(now, 3); !slices.Equal(ex.Forbidden, []wire.SiteID{2}) {
+		t.Fatalf("why forbidden %v", ex.Forbidden)
+	}
+}
+
+func TestWhyAndTIVs(t *testing.T) {
+	tn := leon()
+	tn.offset = []time.Duration{time.Second, 0, -2 * time.Second}
+	r, now := settled(t, tn)
+	ex := r.Why(now, 3)
+	if !ex.Reachable || ex.Reason != "lowest latency path of at most MaxHops links" {
+		t.Fatalf("why %+v", ex)
+	}
+	if len(ex.Candidates) != 2 || !ex.Candidates[0].Chosen || ex.Candidates[0].GainOverDirect != 5400*time.Microsecond {
+		t.Fatalf("candidates %+v", ex.Candidates)
+	}
+	tivs := TIVs(tn.matrix(), Weights{}, 3)
+	if len(tivs) != 2 {
+		t.Fatalf("tivs %+v", tivs)
+	}
+	if tivs[0].From != 3 || tivs[0].To != 1 || tivs[0].Saving != 5600*time.Microsecond {
+		t.Errorf("first tiv %+v", tivs[0])
+	}
+}
+
+func TestTableVersionsOnlyOnChange(t *testing.T) {
+	tn := leon()
+	r, now := settled(t, tn)
+	v := r.Table().Version
+	r.Update(now.Add(ms), tn.matrix(), addrsOf(3))
+	if r.Table().Version != v {
+		t.Fatal("new table without a change")
+	}
+	a := addrsOf(3)
+	a[2] = netip.MustParseAddrPort("10.9.9.9:1")
+	r.Update(now.Add(2*ms), tn.matrix(), a)
+	if r.Table().Version == v {
+		t.Fatal("address change not published")
+	}
+}
+
+func BenchmarkShortestPaths16(b *testing.B) {
+	tn := randomNet(rand.New(rand.NewPCG(1, 1)), 16)
+	m := tn.matrix()
+	for i := 0; i < b.N; i++ {
+		m.ShortestPaths(Weights{}, 1, 3, nil)
+	}
+}
