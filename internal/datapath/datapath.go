@@ -18,6 +18,7 @@ import (
 
 	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/fdb"
+	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
 )
@@ -26,9 +27,8 @@ import (
 // immutable snapshots: the control plane publishes a new one with SetRoutes
 // whenever routes or membership change.
 type Routes interface {
-	// Path fills h.Path and h.PathLen with the route to dst and returns the
-	// underlay address of its first hop.
-	Path(dst wire.SiteID, h *wire.DataHeader) (netip.AddrPort, bool)
+	// Lookup returns the route to a live destination.
+	Lookup(dst wire.SiteID) (*routing.Route, bool)
 	// Addr returns the underlay address of a live member.
 	Addr(site wire.SiteID) (netip.AddrPort, bool)
 	// Sites lists the live members other than this site.
@@ -125,8 +125,6 @@ func (e *Engine) Run() error {
 
 type noRoutes struct{}
 
-func (noRoutes) Path(wire.SiteID, *wire.DataHeader) (netip.AddrPort, bool) {
-	return netip.AddrPort{}, false
-}
-func (noRoutes) Addr(wire.SiteID) (netip.AddrPort, bool) { return netip.AddrPort{}, false }
-func (noRoutes) Sites() []wire.SiteID                    { return nil }
+func (noRoutes) Lookup(wire.SiteID) (*routing.Route, bool) { return nil, false }
+func (noRoutes) Addr(wire.SiteID) (netip.AddrPort, bool)   { return netip.AddrPort{}, false }
+func (noRoutes) Sites() []wire.SiteID                      { return nil }

@@ -9,37 +9,19 @@ import (
 
 	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/fdb"
+	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
-// staticRoutes is a fixed routing snapshot for tests: paths[dst] lists the
+// staticRoutes builds a routing snapshot for tests: paths[dst] lists the
 // receivers in order.
-type staticRoutes struct {
-	addrs map[wire.SiteID]netip.AddrPort
-	paths map[wire.SiteID][]wire.SiteID
-}
-
-func (s *staticRoutes) Path(dst wire.SiteID, h *wire.DataHeader) (netip.AddrPort, bool) {
-	p, ok := s.paths[dst]
-	if !ok {
-		return netip.AddrPort{}, false
+func staticRoutes(self wire.SiteID, addrs map[wire.SiteID]netip.AddrPort, paths map[wire.SiteID][]wire.SiteID) *routing.Table {
+	var rs []*routing.Route
+	for dst, p := range paths {
+		rs = append(rs, &routing.Route{Dest: dst, Path: p, FirstHop: addrs[p[0]]})
 	}
-	h.PathLen = uint8(copy(h.Path[:], p))
-	return s.addrs[p[0]], true
-}
-
-func (s *staticRoutes) Addr(site wire.SiteID) (netip.AddrPort, bool) {
-	a, ok := s.addrs[site]
-	return a, ok
-}
-
-func (s *staticRoutes) Sites() []wire.SiteID {
-	out := make([]wire.SiteID, 0, len(s.paths))
-	for id := range s.paths {
-		out = append(out, id)
-	}
-	return out
+	return routing.NewTable(1, self, rs, addrs)
 }
 
 type site struct {
@@ -80,7 +62,7 @@ func threeSites(t *testing.T) (a, b, c *site) {
 		if id == 1 {
 			paths[3] = []wire.SiteID{2, 3}
 		}
-		s.eng.SetRoutes(&staticRoutes{addrs: addrs, paths: paths})
+		s.eng.SetRoutes(staticRoutes(id, addrs, paths))
 		done := make(chan error, 1)
 		go func() { done <- s.eng.Run() }()
 		t.Cleanup(func() {

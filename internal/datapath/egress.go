@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"github.com/detour-overlay/detour/internal/fdb"
+	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
 )
@@ -18,6 +19,7 @@ type egress struct {
 	nflood int
 	msgs   []transport.Message
 	seq    map[wire.SiteID]uint32
+	dests  map[wire.SiteID]*dest
 	hdr    wire.DataHeader
 }
 
@@ -26,7 +28,7 @@ const batchFrames = 32
 
 func (e *Engine) newEgress(p *Port) *egress {
 	size := frameSize(p.Dev.MTU())
-	g := &egress{e: e, port: p, seq: map[wire.SiteID]uint32{}, sizes: make([]int, batchFrames)}
+	g := &egress{e: e, port: p, seq: map[wire.SiteID]uint32{}, dests: map[wire.SiteID]*dest{}, sizes: make([]int, batchFrames)}
 	for i := 0; i < batchFrames; i++ {
 		b := make([]byte, Headroom+size)
 		g.bufs = append(g.bufs, b)
@@ -52,9 +54,7 @@ func (e *Engine) deviceLoop(p *Port) error {
 		for i := 0; i < n; i++ {
 			g.forward(i, g.sizes[i])
 		}
-		if len(g.msgs) > 0 {
-			e.send(g.msgs)
-		}
+		g.flushBatch()
 	}
 }
 
@@ -87,34 +87,65 @@ func (g *egress) forward(i, n int) {
 	g.broadcast(frame)
 }
 
-// header prepares g.hdr for a packet to dst and returns the first hop.
-func (g *egress) header(r Routes, dst wire.SiteID) (transport.Message, bool) {
+// header prepares g.hdr for a packet to dst.
+func (g *egress) header(r Routes, dst wire.SiteID) (*routing.Route, bool) {
+	rt, ok := r.Lookup(dst)
+	if !ok || len(rt.Path) == 0 || len(rt.Path) > wire.MaxPath || rt.Path[len(rt.Path)-1] != dst {
+		return nil, false
+	}
 	h := &g.hdr
 	h.Flags, h.Hop = 0, 0
 	h.Source = g.e.self
 	h.Network = g.port.Network
-	addr, ok := r.Path(dst, h)
-	if !ok || h.PathLen == 0 || h.Destination() != dst {
-		return transport.Message{}, false
-	}
+	h.PathLen = uint8(copy(h.Path[:], rt.Path))
 	h.Seq = g.seq[dst]
 	g.seq[dst] = h.Seq + 1
-	return transport.Message{Addr: addr}, true
+	return rt, true
+}
+
+// emit queues an encapsulated packet for the batch, or holds it back while
+// a switch to a shorter path towards dst could let it overtake earlier
+// packets.
+func (g *egress) emit(dst wire.SiteID, rt *routing.Route, m transport.Message) {
+	d := g.dests[dst]
+	if d == nil {
+		d = &dest{hold: &holdQueue{}}
+		g.dests[dst] = d
+	}
+	now := g.e.now()
+	if !d.samePath(rt) {
+		if until := d.last + int64(d.holdTime(rt)); until > now {
+			g.flushBatch() // packets on the old path leave first
+			d.hold.start(g.e, now, until)
+		}
+		d.use(rt)
+	}
+	d.last = now
+	if d.hold.enqueue(g.e, m) {
+		return
+	}
+	g.msgs = append(g.msgs, m)
+}
+
+// flushBatch sends the packets queued so far in this batch.
+func (g *egress) flushBatch() {
+	if len(g.msgs) > 0 {
+		g.e.send(g.msgs)
+		g.msgs = g.msgs[:0]
+	}
 }
 
 // unicast encapsulates frame i in place, in the headroom before it.
 func (g *egress) unicast(dst wire.SiteID, i, n int) {
 	r := g.e.routes.Load().r
-	m, ok := g.header(r, dst)
+	rt, ok := g.header(r, dst)
 	if !ok {
 		g.e.stats.DropNoRoute.Add(1)
 		return
 	}
 	start := Headroom - g.hdr.Len()
 	g.hdr.Put(g.bufs[i][start:])
-	m.Buf = g.bufs[i][start:]
-	m.N = g.hdr.Len() + n
-	g.msgs = append(g.msgs, m)
+	g.emit(dst, rt, transport.Message{Buf: g.bufs[i][start:], N: g.hdr.Len() + n, Addr: rt.FirstHop})
 }
 
 // broadcast queues one copy of the frame for every other site, each along
@@ -123,7 +154,7 @@ func (g *egress) broadcast(frame []byte) {
 	r := g.e.routes.Load().r
 	queued := false
 	for _, site := range r.Sites() {
-		m, ok := g.header(r, site)
+		rt, ok := g.header(r, site)
 		if !ok {
 			g.e.stats.DropNoRoute.Add(1)
 			continue
@@ -135,8 +166,7 @@ func (g *egress) broadcast(frame []byte) {
 		g.nflood++
 		hl := g.hdr.Put(b)
 		copy(b[hl:], frame)
-		m.Buf, m.N = b, hl+len(frame)
-		g.msgs = append(g.msgs, m)
+		g.emit(site, rt, transport.Message{Buf: b, N: hl + len(frame), Addr: rt.FirstHop})
 		queued = true
 	}
 	if queued {

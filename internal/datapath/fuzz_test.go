@@ -37,7 +37,7 @@ func benchEngine() *Engine {
 		Now:   func() int64 { return 0 },
 	})
 	addrs := map[wire.SiteID]netip.AddrPort{2: netip.MustParseAddrPort("198.18.0.2:1"), 3: netip.MustParseAddrPort("198.18.0.3:1")}
-	e.SetRoutes(&staticRoutes{addrs: addrs, paths: map[wire.SiteID][]wire.SiteID{2: {2}, 3: {2, 3}}})
+	e.SetRoutes(staticRoutes(1, addrs, map[wire.SiteID][]wire.SiteID{2: {2}, 3: {2, 3}}))
 	return e
 }
 

@@ -14,6 +14,8 @@ type Stats struct {
 	Relayed         atomic.Uint64 // data packets forwarded for other sites
 	Flooded         atomic.Uint64 // frames sent to every site
 	ControlIn       atomic.Uint64 // control datagrams handed to the control plane
+	Holds           atomic.Uint64 // switches to a shorter path that held packets back
+	Held            atomic.Uint64 // packets held back during such switches
 
 	DropMalformed      atomic.Uint64 // unparsable datagrams or frames
 	DropMisdirected    atomic.Uint64 // data packets whose current receiver is not this site
@@ -22,6 +24,7 @@ type Stats struct {
 	DropLocal          atomic.Uint64 // frames for a host behind this site's own bridge
 	DropDevice         atomic.Uint64 // device write errors
 	DropSend           atomic.Uint64 // underlay send errors
+	DropHoldOverflow   atomic.Uint64 // packets beyond the bound of a hold queue
 }
 
 // Snapshot returns the counters by name, for the API and metrics.
@@ -36,6 +39,8 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"relayed":              s.Relayed.Load(),
 		"flooded":              s.Flooded.Load(),
 		"control_in":           s.ControlIn.Load(),
+		"holds":                s.Holds.Load(),
+		"held":                 s.Held.Load(),
 		"drop_malformed":       s.DropMalformed.Load(),
 		"drop_misdirected":     s.DropMisdirected.Load(),
 		"drop_no_route":        s.DropNoRoute.Load(),
@@ -43,5 +48,6 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"drop_local":           s.DropLocal.Load(),
 		"drop_device":          s.DropDevice.Load(),
 		"drop_send":            s.DropSend.Load(),
+		"drop_hold_overflow":   s.DropHoldOverflow.Load(),
 	}
 }

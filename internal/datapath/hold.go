@@ -1,0 +1,132 @@
+package datapath
+
+import (
+	"sync"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/routing"
+	"github.com/detour-overlay/detour/internal/transport"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// Reorder-free path switching.
+//
+// When the path to a destination gets shorter by Δ, a packet sent on the
+// new path right after the switch would overtake packets still in flight on
+// the old one, and TCP would read that as loss. Δ is known exactly without
+// synchronised clocks: it is the difference of two offset-shifted path
+// delays between the same endpoints. So the source holds packets for the
+// destination until Δ has passed since the last packet it sent on the old
+// path, then sends them on the new path: each arrives just after its
+// predecessor, never later than it would have on the old path. A flow that
+// was idle for longer than Δ is not held at all. When the new path is
+// longer nothing needs to wait.
+
+// maxHeld bounds the packets held for one destination; beyond it packets
+// are dropped and counted, as a router's queue would.
+const maxHeld = 4096
+
+// dest is the egress state towards one destination site.
+type dest struct {
+	path    [wire.MaxPath]wire.SiteID
+	pathLen int
+	delay   time.Duration // offset-shifted delay of path when it was chosen
+	last    int64         // when the last packet was sent (monotonic ns)
+	hold    *holdQueue
+}
+
+// samePath reports whether r uses the path last used towards d.
+func (d *dest) samePath(r *routing.Route) bool {
+	if len(r.Path) != d.pathLen {
+		return false
+	}
+	for i, s := range r.Path {
+		if d.path[i] != s {
+			return false
+		}
+	}
+	return true
+}
+
+// holdTime returns how long after d.last a packet on r's path must wait.
+func (d *dest) holdTime(r *routing.Route) time.Duration {
+	if d.pathLen == 0 {
+		return 0
+	}
+	gain := d.delay - r.Delay
+	if prev := r.PrevPath; len(prev) == d.pathLen {
+		same := true
+		for i, s := range prev {
+			same = same && d.path[i] == s
+		}
+		if same {
+			// The gain measured on one matrix at the moment of the
+			// switch is exact; prefer it.
+			gain = r.PrevDelay - r.Delay
+		}
+	}
+	return max(gain, 0)
+}
+
+// use records that packets now go on r's path.
+func (d *dest) use(r *routing.Route) {
+	d.pathLen = copy(d.path[:], r.Path)
+	d.delay = r.Delay
+}
+
+// holdQueue keeps the packets of one destination during a switch. Its
+// timer releases them; the egress loop appends while it is active.
+type holdQueue struct {
+	mu     sync.Mutex
+	active bool
+	until  int64
+	msgs   []transport.Message
+}
+
+// bufPool recycles the buffers of held packets.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, Headroom+2048); return &b }}
+
+// enqueue copies m into the queue if it is active and reports whether it
+// did. A full queue drops the packet (and reports it taken).
+func (q *holdQueue) enqueue(e *Engine, m transport.Message) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.active {
+		return false
+	}
+	if len(q.msgs) >= maxHeld {
+		e.stats.DropHoldOverflow.Add(1)
+		return true
+	}
+	bp := bufPool.Get().(*[]byte)
+	b := append((*bp)[:0], m.Buf[:m.N]...)
+	q.msgs = append(q.msgs, transport.Message{Buf: b, N: m.N, Addr: m.Addr})
+	e.stats.Held.Add(1)
+	return true
+}
+
+// start activates the queue until the monotonic time until and arms the
+// timer that releases it.
+func (q *holdQueue) start(e *Engine, now, until int64) {
+	q.mu.Lock()
+	q.active, q.until = true, until
+	q.mu.Unlock()
+	e.stats.Holds.Add(1)
+	time.AfterFunc(time.Duration(until-now), func() { q.release(e) })
+}
+
+// release sends the held packets, in order, and deactivates the queue.
+func (q *holdQueue) release(e *Engine) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.msgs) > 0 {
+		e.send(q.msgs)
+	}
+	for i := range q.msgs {
+		b := q.msgs[i].Buf[:0]
+		bufPool.Put(&b)
+		q.msgs[i] = transport.Message{}
+	}
+	q.msgs = q.msgs[:0]
+	q.active = false
+}

@@ -1,0 +1,131 @@
+package datapath
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/fdb"
+	"github.com/detour-overlay/detour/internal/routing"
+	"github.com/detour-overlay/detour/internal/transport"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// recordingConn records when each packet was written and to where.
+type recordingConn struct {
+	nopConn
+	sent chan sentPacket
+}
+
+type sentPacket struct {
+	at   time.Time
+	to   netip.AddrPort
+	seq  uint32
+	path int
+}
+
+func (c *recordingConn) WriteBatch(m []transport.Message) (int, error) {
+	for i := range m {
+		var h wire.DataHeader
+		wire.ParseData(m[i].Buf[:m[i].N], &h)
+		c.sent <- sentPacket{at: time.Now(), to: m[i].Addr, seq: h.Seq, path: int(h.PathLen)}
+	}
+	return len(m), nil
+}
+
+var (
+	addr2 = netip.MustParseAddrPort("198.18.0.2:1")
+	addr3 = netip.MustParseAddrPort("198.18.0.3:1")
+	hostC = fdb.MAC{0xc, 0, 0, 0, 0, 0xc}
+)
+
+func holdEngine() (*Engine, *egress, *recordingConn) {
+	rc := &recordingConn{sent: make(chan sentPacket, 1000)}
+	e := New(Config{Self: 1, Conn: rc, Ports: []*Port{{Network: testNet, Dev: nopDev{}, FDB: fdb.New(time.Minute)}},
+		Now: func() int64 { return time.Now().UnixNano() }})
+	g := e.newEgress(e.ports[testNet])
+	e.ports[testNet].FDB.Learn(hostC, 3, time.Now().UnixNano())
+	return e, g, rc
+}
+
+func directRoute(e *Engine) {
+	addrs := map[wire.SiteID]netip.AddrPort{2: addr2, 3: addr3}
+	e.SetRoutes(routing.NewTable(1, 1, []*routing.Route{{Dest: 3, Path: []wire.SiteID{3}, FirstHop: addr3, Delay: 30 * time.Millisecond}}, addrs))
+}
+
+func switchToRelay(e *Engine, delta time.Duration) {
+	addrs := map[wire.SiteID]netip.AddrPort{2: addr2, 3: addr3}
+	e.SetRoutes(routing.NewTable(2, 1, []*routing.Route{{
+		Dest: 3, Path: []wire.SiteID{2, 3}, FirstHop: addr2, Delay: 30*time.Millisecond - delta,
+		PrevPath: []wire.SiteID{3}, PrevDelay: 30 * time.Millisecond,
+	}}, addrs))
+}
+
+func sendFrames(g *egress, n int) {
+	fr := frame(0xc, 0xa, "payload")
+	for i := 0; i < n; i++ {
+		copy(g.frames[0], fr)
+		g.msgs = g.msgs[:0]
+		g.forward(0, len(fr))
+		g.flushBatch()
+	}
+}
+
+func TestSwitchToShorterPathHoldsForTheGain(t *testing.T) {
+	e, g, rc := holdEngine()
+	directRoute(e)
+	sendFrames(g, 3)
+	var last time.Time
+	for i := 0; i < 3; i++ {
+		last = (<-rc.sent).at
+	}
+
+	const delta = 20 * time.Millisecond
+	switchToRelay(e, delta)
+	sendFrames(g, 5)
+	for i := 0; i < 5; i++ {
+		p := <-rc.sent
+		if p.to != addr2 || p.path != 2 {
+			t.Fatalf("packet %d after the switch went to %v with path length %d", i, p.to, p.path)
+		}
+		if wait := p.at.Sub(last); wait < delta-time.Millisecond {
+			t.Errorf("packet %d sent %v after the last one on the old path; must wait %v", i, wait, delta)
+		}
+		if wait := p.at.Sub(last); wait > delta+5*time.Millisecond {
+			t.Errorf("packet %d held %v, longer than the %v gain", i, wait, delta)
+		}
+		if p.seq != uint32(3+i) {
+			t.Errorf("packet %d has sequence %d: order changed", i, p.seq)
+		}
+	}
+	if e.stats.Holds.Load() != 1 || e.stats.Held.Load() != 5 {
+		t.Errorf("holds %d held %d; want 1 and 5", e.stats.Holds.Load(), e.stats.Held.Load())
+	}
+}
+
+func TestIdleFlowSwitchesWithoutHolding(t *testing.T) {
+	e, g, rc := holdEngine()
+	directRoute(e)
+	sendFrames(g, 1)
+	<-rc.sent
+	time.Sleep(25 * time.Millisecond) // longer than the 20 ms gain
+	switchToRelay(e, 20*time.Millisecond)
+	start := time.Now()
+	sendFrames(g, 1)
+	p := <-rc.sent
+	if p.to != addr2 || p.at.Sub(start) > 5*time.Millisecond || e.stats.Holds.Load() != 0 {
+		t.Errorf("idle flow was held: sent after %v, holds %d", p.at.Sub(start), e.stats.Holds.Load())
+	}
+}
+
+func TestSwitchToLongerPathDoesNotHold(t *testing.T) {
+	e, g, rc := holdEngine()
+	switchToRelay(e, 20*time.Millisecond)
+	sendFrames(g, 1)
+	<-rc.sent
+	directRoute(e) // back to the longer direct path
+	sendFrames(g, 1)
+	if p := <-rc.sent; p.to != addr3 || e.stats.Holds.Load() != 0 {
+		t.Errorf("switch to a longer path held packets (holds %d) or went to %v", e.stats.Holds.Load(), p.to)
+	}
+}
