@@ -1,0 +1,135 @@
+package control
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/linkstate"
+	"github.com/detour-overlay/detour/internal/measure"
+	"github.com/detour-overlay/detour/internal/routing"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// Config configures a Node. Start from DefaultConfig.
+type Config struct {
+	// Name is this site's name; its wire ID is wire.SiteIDFromName(Name).
+	Name string
+	// Advertise is the underlay address other sites send to.
+	Advertise netip.AddrPort
+	// Bootstrap lists addresses of sites to join through; any one live
+	// member is enough. Empty for the first site.
+	Bootstrap []netip.AddrPort
+	// Incarnation distinguishes restarts of the same site; it must grow
+	// from one start to the next. Zero means the start time in ns.
+	Incarnation uint64
+	// ProbeInterval is the time between probes to each live member.
+	ProbeInterval time.Duration
+	// DownProbeInterval is the time between probes to a member that is
+	// down, to notice its return.
+	DownProbeInterval time.Duration
+	// DownAfter declares a link down when no probe reply arrived for this
+	// long, and a member down when nothing was heard from it and no live
+	// member reports a working link to it.
+	DownAfter time.Duration
+	// JoinTimeout declares a member learned from a list, but never heard
+	// from, down.
+	JoinTimeout time.Duration
+	// GossipInterval is the time between two member lists sent to one
+	// member (round robin).
+	GossipInterval time.Duration
+	// BootstrapInterval is the time between hellos to the bootstrap
+	// addresses while no member is alive.
+	BootstrapInterval time.Duration
+	// ExpireAfter drops the link state of an origin not heard from for
+	// this long.
+	ExpireAfter time.Duration
+	// ForgetAfter removes members that have been down or gone for this
+	// long.
+	ForgetAfter time.Duration
+	LinkState   linkstate.OriginatorConfig
+	Routing     routing.Config
+	Filter      measure.FilterConfig
+}
+
+// DefaultConfig returns the defaults: probes every 100 ms, down after
+// 500 ms (so a silent site is down within 1 s), link state refreshed every
+// second and expired after 3.5 s, H = 3, hysteresis max(0.5 ms, 2 %) held
+// 300 ms.
+func DefaultConfig(name string, advertise netip.AddrPort, bootstrap ...netip.AddrPort) Config {
+	return Config{
+		Name:              name,
+		Advertise:         advertise,
+		Bootstrap:         bootstrap,
+		ProbeInterval:     100 * time.Millisecond,
+		DownProbeInterval: time.Second,
+		DownAfter:         500 * time.Millisecond,
+		JoinTimeout:       3 * time.Second,
+		GossipInterval:    time.Second,
+		BootstrapInterval: time.Second,
+		ExpireAfter:       3500 * time.Millisecond,
+		ForgetAfter:       5 * time.Minute,
+		LinkState:         linkstate.DefaultOriginatorConfig(),
+		Routing:           routing.DefaultConfig(),
+		Filter:            measure.DefaultFilterConfig(),
+	}
+}
+
+// ErrConfig wraps every configuration error.
+var ErrConfig = errors.New("control: invalid configuration")
+
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+}
+
+// Validate checks the configuration and returns one clear error.
+func (c *Config) Validate() error {
+	switch {
+	case c.Name == "" || len(c.Name) > wire.MaxNameLen:
+		return configErr("site name must have 1 to %d bytes, got %q", wire.MaxNameLen, c.Name)
+	case !c.Advertise.IsValid() || c.Advertise.Port() == 0 || c.Advertise.Addr().IsUnspecified():
+		return configErr("advertise address %v is not a usable address:port", c.Advertise)
+	case c.ProbeInterval <= 0 || c.DownProbeInterval <= 0:
+		return configErr("probe intervals must be positive")
+	case c.DownAfter < 2*c.ProbeInterval:
+		return configErr("down-after %v must be at least two probe intervals (%v)", c.DownAfter, 2*c.ProbeInterval)
+	case c.GossipInterval <= 0 || c.BootstrapInterval <= 0 || c.JoinTimeout <= 0:
+		return configErr("gossip, bootstrap and join intervals must be positive")
+	case c.ExpireAfter <= c.LinkState.Refresh || c.LinkState.Refresh <= 0:
+		return configErr("link-state expiry %v must exceed the refresh interval %v", c.ExpireAfter, c.LinkState.Refresh)
+	case c.ForgetAfter <= 0:
+		return configErr("forget-after must be positive")
+	}
+	for _, b := range c.Bootstrap {
+		if !b.IsValid() || b.Port() == 0 {
+			return configErr("bootstrap address %v is not a usable address:port", b)
+		}
+	}
+	if err := c.Routing.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	f := c.Filter
+	if f.Window < 1 || f.StepCount < 1 || f.StepCount > f.Window || f.LowFraction <= 0 || f.LowFraction > 1 || f.MaxAge <= 0 {
+		return configErr("measurement filter: window, step count, low fraction or max age out of range")
+	}
+	return nil
+}
+
+// ValidateSites checks a list of site names for duplicates and for
+// distinct names whose IDs collide; config loaders call it on every name
+// they know.
+func ValidateSites(names []string) error {
+	seen := map[wire.SiteID]string{}
+	for _, n := range names {
+		id := wire.SiteIDFromName(n)
+		if prev, ok := seen[id]; ok {
+			if prev == n {
+				return configErr("duplicate site name %q", n)
+			}
+			return configErr("site names %q and %q have the same ID %v; rename one", prev, n, id)
+		}
+		seen[id] = n
+	}
+	return nil
+}

@@ -1,0 +1,197 @@
+package control
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/measure"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// State is a member's state as seen by this site.
+type State int
+
+// Member states.
+const (
+	StateJoining State = iota // learned from a list, not heard yet
+	StateAlive                // heard directly, or reported reachable by a live member
+	StateDown                 // silent and reported unreachable
+	StateLeft                 // said goodbye
+)
+
+func (s State) String() string {
+	switch s {
+	case StateJoining:
+		return "joining"
+	case StateAlive:
+		return "alive"
+	case StateDown:
+		return "down"
+	case StateLeft:
+		return "left"
+	}
+	return "unknown"
+}
+
+type member struct {
+	id        wire.SiteID
+	name      string
+	addr      netip.AddrPort
+	inc       uint64
+	state     State
+	since     time.Time
+	learned   time.Time
+	lastHeard time.Time
+	link      *measure.Link
+	nextProbe time.Time
+}
+
+func (n *Node) measureConfig() measure.Config {
+	return measure.Config{DownAfter: n.cfg.DownAfter, LossWindow: 20, Filter: n.cfg.Filter}
+}
+
+// learn adds a member or updates a known one from a record heard at now;
+// direct is true when the record came from the site itself (a hello). It
+// returns the member (nil if the record was refused) and whether it is new
+// or a new incarnation.
+func (n *Node) learn(now time.Time, rec *wire.Member, direct bool) (*member, bool, error) {
+	if rec.ID != wire.SiteIDFromName(rec.Name) {
+		return nil, false, ErrIDMismatch
+	}
+	if rec.ID == n.self {
+		if rec.Name != n.cfg.Name {
+			return nil, false, ErrIDCollision
+		}
+		return nil, false, nil // ourselves, maybe an old incarnation: ignore
+	}
+	m := n.members[rec.ID]
+	if m != nil && m.name != rec.Name {
+		return nil, false, ErrIDCollision
+	}
+	if m != nil && rec.Incarnation < m.inc {
+		return nil, false, ErrStale
+	}
+	if m != nil && rec.Incarnation == m.inc {
+		if m.state == StateLeft {
+			return nil, false, ErrStale
+		}
+		if direct {
+			m.addr = rec.Addr
+			n.heard(now, m)
+		}
+		return m, false, nil
+	}
+	if m != nil { // a restart: forget everything about the old run
+		n.db.Drop(m.id)
+	}
+	m = &member{id: rec.ID, name: rec.Name, addr: rec.Addr, inc: rec.Incarnation, state: StateJoining,
+		since: now, learned: now, link: measure.NewLink(n.measureConfig()), nextProbe: now}
+	n.members[m.id] = m
+	if direct {
+		n.heard(now, m)
+	}
+	return m, true, nil
+}
+
+// heard records direct evidence that m is alive.
+func (n *Node) heard(now time.Time, m *member) {
+	m.lastHeard = now
+	if m.state != StateAlive && m.state != StateLeft {
+		n.setState(now, m, StateAlive)
+	}
+}
+
+func (n *Node) setState(now time.Time, m *member, s State) {
+	if m.state == s {
+		return
+	}
+	m.state, m.since = s, now
+	if s == StateAlive {
+		m.nextProbe = now
+	}
+}
+
+// updateLiveness recomputes who is alive: the members heard within
+// DownAfter, then, transitively, those that a live member's fresh link
+// state reports a working link to. Starting only from direct evidence
+// means dead sites cannot keep each other alive through stale reports.
+func (n *Node) updateLiveness(now time.Time) {
+	alive := map[wire.SiteID]bool{n.self: true}
+	queue := []wire.SiteID{n.self}
+	for _, m := range n.members {
+		if m.state != StateLeft && !m.lastHeard.IsZero() && now.Sub(m.lastHeard) < n.cfg.DownAfter {
+			alive[m.id] = true
+			queue = append(queue, m.id)
+		}
+	}
+	for len(queue) > 0 {
+		k := queue[0]
+		queue = queue[1:]
+		if k != n.self && !n.db.Fresh(now, k) {
+			continue
+		}
+		for _, m := range n.members {
+			if !alive[m.id] && m.state != StateLeft && k != n.self && n.db.ReportsUp(k, m.id) {
+				alive[m.id] = true
+				queue = append(queue, m.id)
+			}
+		}
+	}
+	for _, m := range n.members {
+		switch {
+		case m.state == StateLeft:
+		case alive[m.id]:
+			n.setState(now, m, StateAlive)
+		case m.state == StateJoining && now.Sub(m.learned) < n.cfg.JoinTimeout:
+		default:
+			n.setState(now, m, StateDown)
+		}
+	}
+}
+
+// forget removes members down or gone for ForgetAfter.
+func (n *Node) forget(now time.Time) {
+	for id, m := range n.members {
+		if (m.state == StateDown || m.state == StateLeft) && now.Sub(m.since) > n.cfg.ForgetAfter {
+			delete(n.members, id)
+			n.db.Drop(id)
+		}
+	}
+}
+
+// depart handles a leave from m.
+func (n *Node) depart(now time.Time, m *member) {
+	n.setState(now, m, StateLeft)
+	m.link.Reset()
+	n.db.Drop(m.id)
+}
+
+// selfRecord describes this site.
+func (n *Node) selfRecord() wire.Member {
+	return wire.Member{ID: n.self, Incarnation: n.inc, Addr: n.cfg.Advertise, Name: n.cfg.Name}
+}
+
+// memberRecords lists this site and the members believed alive.
+func (n *Node) memberRecords() []wire.Member {
+	recs := []wire.Member{n.selfRecord()}
+	for _, m := range n.sortedMembers() {
+		if m.state == StateAlive {
+			recs = append(recs, wire.Member{ID: m.id, Incarnation: m.inc, Addr: m.addr, Name: m.name})
+		}
+	}
+	return recs
+}
+
+// sendMembers sends the member list to one address, split as needed.
+func (n *Node) sendMembers(to netip.AddrPort) {
+	recs := n.memberRecords()
+	for len(recs) > 0 {
+		k := wire.SplitMembers(recs)
+		b, err := buildMembers(n.self, recs[:k])
+		if err != nil {
+			panic("control: member list does not encode: " + err.Error())
+		}
+		n.emit(to, b)
+		recs = recs[k:]
+	}
+}

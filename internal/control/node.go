@@ -1,0 +1,365 @@
+// Package control is a site's control-plane state machine: membership,
+// measurement, link state and routing, combined in a Node that an I/O
+// shell drives.
+//
+// The Node is pure, in the manner of the etcd raft library: it owns no
+// goroutines, timers or sockets and never reads the clock. The shell
+//
+//   - calls Receive for every control datagram (any detour datagram that is
+//     not data),
+//   - calls Tick at NextDeadline (earlier is harmless),
+//   - after each call, sends every datagram of Outbox, and
+//   - publishes Table to the data path whenever its pointer changes.
+//
+// Times passed in must come from a clock that is never stepped or slewed
+// (a monotonic clock, e.g. a fixed wall time plus time.Since a start
+// instant); they need not agree between sites. Calls must not overlap: the
+// shell serialises them, for instance with one mutex.
+//
+// Membership has no central server. A site joins by saying hello to any
+// bootstrap address; the member answers with its member list, and the
+// newcomer says hello to each. Lists are also gossiped, one member per
+// second. Every pair probes each other every ProbeInterval; a site reports
+// its outgoing links in its link state, which every site floods. A member
+// is live while this site hears it directly, or while a live member reports
+// a working link to it (so a site behind a dead direct link stays a member
+// and is reached through a relay). Leave sends a leave to every member,
+// which drops the site at once; a restart is a new incarnation, accepted
+// in place of the old one.
+//
+// Every message is built by the build* functions in messages.go and leaves
+// through Node.emit, the single place a later encryption layer wraps.
+package control
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/linkstate"
+	"github.com/detour-overlay/detour/internal/routing"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// Outgoing is a datagram for the shell to send.
+type Outgoing struct {
+	To      netip.AddrPort
+	Payload []byte
+}
+
+// Errors returned by Receive; all of them mean the datagram was dropped and
+// counted.
+var (
+	ErrNotControl   = errors.New("control: not a control datagram")
+	ErrMisdirected  = errors.New("control: datagram for another site")
+	ErrUnknownSite  = errors.New("control: unknown site")
+	ErrIDCollision  = errors.New("control: site ID collision")
+	ErrIDMismatch   = errors.New("control: site ID does not match its name")
+	ErrStale        = errors.New("control: stale incarnation or departed site")
+	ErrStaleReply   = errors.New("control: reply to an unknown or old probe")
+	ErrLeft         = errors.New("control: this site has left")
+	ErrUnknownType  = errors.New("control: unknown message type")
+	ErrNotMemberArg = errors.New("control: not a member")
+)
+
+// Node is one site's control plane.
+type Node struct {
+	cfg      Config
+	self     wire.SiteID
+	inc      uint64
+	members  map[wire.SiteID]*member
+	db       *linkstate.DB
+	orig     *linkstate.Originator
+	router   *routing.Router
+	outbox   []Outgoing
+	counters Counters
+	started  time.Time
+	left     bool
+
+	nextGossip    time.Time
+	gossipCursor  wire.SiteID
+	nextBootstrap time.Time
+	helloSent     map[netip.AddrPort]time.Time // rate limit for hellos to unknown senders
+	scratch       wire.LinkState
+}
+
+// New returns a node for cfg, started at now.
+func New(cfg Config, now time.Time) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	inc := cfg.Incarnation
+	if inc == 0 {
+		inc = uint64(now.UnixNano())
+	}
+	self := wire.SiteIDFromName(cfg.Name)
+	n := &Node{
+		cfg:       cfg,
+		self:      self,
+		inc:       inc,
+		members:   map[wire.SiteID]*member{},
+		db:        linkstate.NewDB(cfg.ExpireAfter),
+		orig:      linkstate.NewOriginator(cfg.LinkState, self, inc),
+		router:    routing.NewRouter(cfg.Routing, self),
+		started:   now,
+		helloSent: map[netip.AddrPort]time.Time{},
+	}
+	n.Tick(now)
+	return n, nil
+}
+
+// ID returns this site's wire ID.
+func (n *Node) ID() wire.SiteID { return n.self }
+
+// Name returns this site's name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// Incarnation returns this run's incarnation.
+func (n *Node) Incarnation() uint64 { return n.inc }
+
+// Table returns the current routing snapshot; a new pointer means a change.
+func (n *Node) Table() *routing.Table { return n.router.Table() }
+
+// Outbox returns and clears the datagrams to send.
+func (n *Node) Outbox() []Outgoing {
+	out := n.outbox
+	n.outbox = nil
+	return out
+}
+
+// Left reports whether Leave was called.
+func (n *Node) Left() bool { return n.left }
+
+// emit queues a datagram and counts it: the one exit of every message.
+func (n *Node) emit(to netip.AddrPort, payload []byte) {
+	if len(payload) < wire.CommonHeaderLen || !to.IsValid() {
+		return
+	}
+	n.counters.countOut(wire.Type(payload[2]), len(payload))
+	n.outbox = append(n.outbox, Outgoing{To: to, Payload: payload})
+}
+
+// Tick runs the timers: probes, failure detection, link-state origination
+// and refresh, gossip, expiry and route selection.
+func (n *Node) Tick(now time.Time) {
+	if n.left {
+		return
+	}
+	n.bootstrap(now)
+	n.probe(now)
+	n.refresh(now)
+	n.gossip(now)
+	n.forget(now)
+}
+
+// refresh recomputes liveness, this site's link state, and the routes.
+func (n *Node) refresh(now time.Time) {
+	n.db.Expire(now, n.self)
+	n.updateLiveness(now)
+	n.originate(now)
+	n.route(now)
+}
+
+// Leave says goodbye to every member; afterwards the node is inert.
+func (n *Node) Leave(now time.Time) {
+	if n.left {
+		return
+	}
+	for _, m := range n.sortedMembers() {
+		if m.state != StateLeft {
+			n.emit(m.addr, buildLeave(n.self, n.inc))
+		}
+	}
+	n.left = true
+}
+
+// NextDeadline returns when Tick should run next.
+func (n *Node) NextDeadline() time.Time {
+	t := n.nextGossip
+	earlier := func(x time.Time) {
+		if !x.IsZero() && (t.IsZero() || x.Before(t)) {
+			t = x
+		}
+	}
+	for _, m := range n.members {
+		if m.state == StateLeft {
+			continue
+		}
+		earlier(m.nextProbe)
+		if m.state == StateAlive {
+			earlier(m.lastHeard.Add(n.cfg.DownAfter))
+			if lr := m.link.LastReply(); !lr.IsZero() {
+				earlier(lr.Add(n.cfg.DownAfter))
+			}
+		}
+	}
+	earlier(n.orig.NextDue())
+	earlier(n.router.NextDeadline())
+	if n.aliveCount() == 0 && len(n.cfg.Bootstrap) > 0 {
+		earlier(n.nextBootstrap)
+	}
+	return t
+}
+
+// bootstrap says hello to the bootstrap addresses while no member is live.
+func (n *Node) bootstrap(now time.Time) {
+	if len(n.cfg.Bootstrap) == 0 || n.aliveCount() > 0 || now.Before(n.nextBootstrap) {
+		return
+	}
+	n.nextBootstrap = now.Add(n.cfg.BootstrapInterval)
+	for _, a := range n.cfg.Bootstrap {
+		if a != n.cfg.Advertise {
+			n.emit(a, n.buildHello(wire.HelloFlagReply))
+		}
+	}
+}
+
+// probe sends the probes that are due.
+func (n *Node) probe(now time.Time) {
+	for _, m := range n.sortedMembers() {
+		if m.state == StateLeft || now.Before(m.nextProbe) {
+			continue
+		}
+		iv := n.cfg.ProbeInterval
+		if m.state == StateDown {
+			iv = n.cfg.DownProbeInterval
+		}
+		// Keep a steady cadence but never fall behind by more than a tick.
+		m.nextProbe = m.nextProbe.Add(iv)
+		if m.nextProbe.Before(now) {
+			m.nextProbe = now.Add(iv)
+		}
+		seq, stamp := m.link.Probe(now)
+		n.emit(m.addr, buildProbe(n.self, m.id, seq, stamp))
+	}
+}
+
+// originate updates this site's own link state and floods it when due.
+func (n *Node) originate(now time.Time) {
+	links := n.ownLinks(now)
+	n.db.SetOwn(now, n.self, n.inc, links)
+	if !n.orig.Due(now, links) {
+		return
+	}
+	ls := n.orig.Build(now, links)
+	b, err := buildLinkState(&ls)
+	if err != nil {
+		panic("control: own link state does not encode: " + err.Error())
+	}
+	for _, m := range n.sortedMembers() {
+		if m.state == StateAlive || m.state == StateJoining {
+			n.emit(m.addr, b)
+		}
+	}
+}
+
+// ownLinks returns this site's measured outgoing links to non-departed
+// members.
+func (n *Node) ownLinks(now time.Time) []linkstate.Link {
+	var out []linkstate.Link
+	for _, m := range n.sortedMembers() {
+		if m.state == StateLeft {
+			continue
+		}
+		s := m.link.Stats(now)
+		if !s.Valid && m.state != StateAlive {
+			continue
+		}
+		out = append(out, linkstate.Link{From: n.self, To: m.id, Up: s.Up, Delay: s.Delay, RTT: s.RTT,
+			Jitter: s.Jitter, Loss: s.Loss})
+	}
+	return out
+}
+
+// gossip sends the member list to the next member, round robin.
+func (n *Node) gossip(now time.Time) {
+	if now.Before(n.nextGossip) {
+		return
+	}
+	n.nextGossip = now.Add(n.cfg.GossipInterval)
+	var first, next *member
+	for _, m := range n.sortedMembers() {
+		if m.state != StateAlive {
+			continue
+		}
+		if first == nil {
+			first = m
+		}
+		if next == nil && m.id > n.gossipCursor {
+			next = m
+		}
+	}
+	if next == nil {
+		next = first
+	}
+	if next == nil {
+		return
+	}
+	n.gossipCursor = next.id
+	n.sendMembers(next.addr)
+}
+
+// route recomputes the routes on the current matrix.
+func (n *Node) route(now time.Time) {
+	live := []wire.SiteID{n.self}
+	addrs := map[wire.SiteID]netip.AddrPort{}
+	for _, m := range n.members {
+		if m.state == StateAlive {
+			live = append(live, m.id)
+			addrs[m.id] = m.addr
+		}
+	}
+	mx := routing.NewMatrix(live)
+	for _, from := range live {
+		o, ok := n.db.Origin(from)
+		if !ok || (from != n.self && !n.db.Fresh(now, from)) {
+			continue
+		}
+		for _, l := range o.Links {
+			if l.Up {
+				mx.Set(from, l.To, routing.Edge{Delay: l.Delay, RTT: l.RTT, Loss: l.Loss})
+			}
+		}
+	}
+	sw := n.router.Update(now, mx, addrs)
+	n.counters.Switches += uint64(countRealSwitches(sw))
+}
+
+// countRealSwitches counts changes of an existing path (not first routes).
+func countRealSwitches(sw []routing.Switch) int {
+	c := 0
+	for _, s := range sw {
+		if s.From != nil {
+			c++
+		}
+	}
+	return c
+}
+
+func (n *Node) sortedMembers() []*member {
+	out := make([]*member, 0, len(n.members))
+	for _, m := range n.members {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b *member) int {
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func (n *Node) aliveCount() int {
+	c := 0
+	for _, m := range n.members {
+		if m.state == StateAlive {
+			c++
+		}
+	}
+	return c
+}

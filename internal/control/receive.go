@@ -1,0 +1,251 @@
+package control
+
+import (
+	"errors"
+	"net/netip"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/linkstate"
+	"github.com/detour-overlay/detour/internal/measure"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// Receive handles one control datagram from the underlay address from. It
+// never panics: a datagram that cannot be used is dropped, counted by
+// reason, and reported as an error (which callers may ignore). pkt is not
+// retained.
+func (n *Node) Receive(now time.Time, from netip.AddrPort, pkt []byte) error {
+	err := n.receive(now, from, pkt)
+	if err != nil {
+		n.counters.Dropped[dropKind(err)]++
+	}
+	return err
+}
+
+func (n *Node) receive(now time.Time, from netip.AddrPort, pkt []byte) error {
+	t, _, err := wire.ParseCommon(pkt)
+	if err != nil {
+		return err
+	}
+	n.counters.countIn(t, len(pkt))
+	if n.left {
+		return ErrLeft
+	}
+	switch t {
+	case wire.TypeProbe:
+		return n.onProbe(now, from, pkt)
+	case wire.TypeProbeReply:
+		return n.onProbeReply(now, pkt)
+	case wire.TypeLinkState:
+		return n.onLinkState(now, from, pkt)
+	case wire.TypeHello:
+		return n.onHello(now, from, pkt)
+	case wire.TypeMembers:
+		return n.onMembers(now, from, pkt)
+	case wire.TypeLeave:
+		return n.onLeave(now, pkt)
+	case wire.TypeData:
+		return ErrNotControl
+	}
+	return ErrUnknownType
+}
+
+func dropKind(err error) Drop {
+	switch {
+	case errors.Is(err, wire.ErrTruncated):
+		return DropTruncated
+	case errors.Is(err, wire.ErrBadMagic):
+		return DropBadMagic
+	case errors.Is(err, wire.ErrBadVersion):
+		return DropBadVersion
+	case errors.Is(err, ErrNotControl):
+		return DropData
+	case errors.Is(err, ErrUnknownType):
+		return DropUnknownType
+	case errors.Is(err, ErrMisdirected):
+		return DropMisdirected
+	case errors.Is(err, ErrUnknownSite):
+		return DropUnknownSender
+	case errors.Is(err, ErrStaleReply):
+		return DropStaleReply
+	case errors.Is(err, ErrIDMismatch):
+		return DropIDMismatch
+	case errors.Is(err, ErrIDCollision):
+		return DropIDCollision
+	case errors.Is(err, ErrStale):
+		return DropStale
+	case errors.Is(err, ErrLeft):
+		return DropLeft
+	}
+	return DropMalformed
+}
+
+// onProbe answers a probe from a member. A probe from an unknown site gets
+// a hello instead, so that a restarted site is found again by the members
+// that still probe it.
+func (n *Node) onProbe(now time.Time, from netip.AddrPort, pkt []byte) error {
+	var p wire.Probe
+	if err := wire.ParseProbe(pkt, &p); err != nil {
+		return err
+	}
+	if p.Receiver != n.self {
+		return ErrMisdirected
+	}
+	m := n.members[p.Sender]
+	if m == nil || m.state == StateLeft {
+		n.helloUnknown(now, from)
+		return ErrUnknownSite
+	}
+	n.heard(now, m)
+	stamp := now.UnixNano()
+	n.emit(m.addr, buildProbeReply(n.self, &p, stamp, stamp))
+	return nil
+}
+
+// helloUnknown says hello to an address that sent us something we could
+// not place, at most once per DownProbeInterval per address.
+func (n *Node) helloUnknown(now time.Time, to netip.AddrPort) {
+	if last, ok := n.helloSent[to]; ok && now.Sub(last) < n.cfg.DownProbeInterval {
+		return
+	}
+	if len(n.helloSent) > 4096 { // bound the memory garbage can claim
+		clear(n.helloSent)
+	}
+	n.helloSent[to] = now
+	n.emit(to, n.buildHello(wire.HelloFlagReply))
+}
+
+func (n *Node) onProbeReply(now time.Time, pkt []byte) error {
+	var r wire.ProbeReply
+	if err := wire.ParseProbeReply(pkt, &r); err != nil {
+		return err
+	}
+	if r.Receiver != n.self {
+		return ErrMisdirected
+	}
+	m := n.members[r.Sender]
+	if m == nil || m.state == StateLeft {
+		return ErrUnknownSite
+	}
+	wasUp := m.link.Up(now)
+	if err := m.link.OnReply(now, &r); err != nil {
+		if errors.Is(err, measure.ErrBadTimes) {
+			return wire.ErrMalformed
+		}
+		return ErrStaleReply
+	}
+	n.heard(now, m)
+	if !wasUp {
+		n.refresh(now) // a link came up: tell the others now
+	}
+	return nil
+}
+
+// onLinkState stores a newer report and floods it on to the members the
+// origin cannot reach directly.
+func (n *Node) onLinkState(now time.Time, from netip.AddrPort, pkt []byte) error {
+	ls := &n.scratch
+	if err := wire.ParseLinkState(pkt, ls); err != nil {
+		return err
+	}
+	if ls.Origin == n.self {
+		return nil // our own report, flooded back
+	}
+	o := n.members[ls.Origin]
+	if o == nil {
+		return ErrUnknownSite
+	}
+	if o.state == StateLeft || ls.Incarnation != o.inc {
+		return ErrStale
+	}
+	if from == o.addr {
+		n.heard(now, o)
+	}
+	if n.db.Apply(now, ls) != linkstate.Accepted {
+		return nil
+	}
+	n.flood(o, pkt)
+	n.refresh(now)
+	return nil
+}
+
+// flood forwards an origin's report to every member that the origin does
+// not report a working link to: only they may have missed it. Sequence
+// numbers stop the copies.
+func (n *Node) flood(o *member, pkt []byte) {
+	var cp []byte
+	for _, m := range n.sortedMembers() {
+		if m.id == o.id || (m.state != StateAlive && m.state != StateJoining) || n.db.ReportsUp(o.id, m.id) {
+			continue
+		}
+		if cp == nil {
+			cp = append([]byte(nil), pkt...)
+		}
+		n.emit(m.addr, cp)
+	}
+}
+
+// onHello learns (or re-learns) the sender and answers with the member
+// list when asked or when the sender is new.
+func (n *Node) onHello(now time.Time, from netip.AddrPort, pkt []byte) error {
+	var rec wire.Member
+	flags, err := wire.ParseHello(pkt, &rec)
+	if err != nil {
+		return err
+	}
+	m, fresh, err := n.learn(now, &rec, true)
+	if err != nil || m == nil {
+		return err
+	}
+	if fresh || flags&wire.HelloFlagReply != 0 {
+		n.sendMembers(m.addr)
+	}
+	if fresh {
+		n.refresh(now)
+	}
+	return nil
+}
+
+// onMembers learns the listed sites and says hello to each new one.
+func (n *Node) onMembers(now time.Time, from netip.AddrPort, pkt []byte) error {
+	sender, recs, err := wire.ParseMembers(pkt, nil)
+	if err != nil {
+		return err
+	}
+	var firstErr error
+	changed := false
+	for i := range recs {
+		m, fresh, err := n.learn(now, &recs[i], recs[i].ID == sender && recs[i].Addr == from)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		if fresh && m != nil {
+			changed = true
+			n.emit(m.addr, n.buildHello(0))
+		}
+	}
+	if changed {
+		n.refresh(now)
+	}
+	if errors.Is(firstErr, ErrIDMismatch) || errors.Is(firstErr, ErrIDCollision) {
+		return firstErr // a list with a bad record is counted, the rest is used
+	}
+	return nil
+}
+
+func (n *Node) onLeave(now time.Time, pkt []byte) error {
+	var l wire.Leave
+	if err := wire.ParseLeave(pkt, &l); err != nil {
+		return err
+	}
+	m := n.members[l.Sender]
+	if m == nil {
+		return ErrUnknownSite
+	}
+	if l.Incarnation < m.inc {
+		return ErrStale
+	}
+	n.depart(now, m)
+	n.refresh(now)
+	return nil
+}

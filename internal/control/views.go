@@ -1,0 +1,201 @@
+package control
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/routing"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// MemberView describes one member for the API.
+type MemberView struct {
+	Name        string
+	ID          wire.SiteID
+	Addr        netip.AddrPort
+	State       string
+	Since       time.Time
+	LastHeard   time.Time
+	Incarnation uint64
+	Self        bool
+}
+
+// Members lists this site and every member it knows, sorted by name.
+func (n *Node) Members() []MemberView {
+	out := []MemberView{{Name: n.cfg.Name, ID: n.self, Addr: n.cfg.Advertise, State: "self", Since: n.started,
+		Incarnation: n.inc, Self: true}}
+	for _, m := range n.members {
+		out = append(out, MemberView{Name: m.name, ID: m.id, Addr: m.addr, State: m.state.String(), Since: m.since,
+			LastHeard: m.lastHeard, Incarnation: m.inc})
+	}
+	slices.SortFunc(out, func(a, b MemberView) int { return cmpString(a.Name, b.Name) })
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// LinkView is one directed link of the matrix.
+type LinkView struct {
+	From, To     string
+	FromID, ToID wire.SiteID
+	Up           bool
+	// Delay is the offset-shifted one-way delay d + o(From) − o(To): only
+	// differences between paths with the same endpoints are meaningful.
+	Delay time.Duration
+	// OneWayEstimate is RTT/2; the true one-way delay lies in (0, RTT)
+	// depending on the pair's unknown asymmetry.
+	OneWayEstimate time.Duration
+	RTT            time.Duration
+	Loss           float64
+	Jitter         time.Duration
+	// Age is the age of the report carrying this link (local clock).
+	Age time.Duration
+}
+
+// Links returns the link matrix as this site holds it: every origin's
+// reported outgoing links, sorted by names.
+func (n *Node) Links(now time.Time) []LinkView {
+	var out []LinkView
+	for _, id := range n.db.Origins() {
+		o, _ := n.db.Origin(id)
+		for _, l := range o.Links {
+			out = append(out, LinkView{From: n.NameOf(l.From), To: n.NameOf(l.To), FromID: l.From, ToID: l.To, Up: l.Up,
+				Delay: l.Delay, OneWayEstimate: l.RTT / 2, RTT: l.RTT, Loss: l.Loss, Jitter: l.Jitter,
+				Age: now.Sub(o.Received)})
+		}
+	}
+	slices.SortFunc(out, func(a, b LinkView) int {
+		if c := cmpString(a.From, b.From); c != 0 {
+			return c
+		}
+		return cmpString(a.To, b.To)
+	})
+	return out
+}
+
+// NameOf returns a site's name, or its hexadecimal ID if unknown.
+func (n *Node) NameOf(id wire.SiteID) string {
+	if id == n.self {
+		return n.cfg.Name
+	}
+	if m := n.members[id]; m != nil {
+		return m.name
+	}
+	return id.String()
+}
+
+// IDOf returns the ID of a known site (this one included) by name.
+func (n *Node) IDOf(name string) (wire.SiteID, error) {
+	id := wire.SiteIDFromName(name)
+	if id == n.self && name == n.cfg.Name {
+		return id, nil
+	}
+	if m := n.members[id]; m != nil && m.name == name {
+		return id, nil
+	}
+	return 0, fmt.Errorf("%w: %q", ErrUnknownSite, name)
+}
+
+// Names maps a path of IDs to names.
+func (n *Node) Names(path []wire.SiteID) []string {
+	out := make([]string, len(path))
+	for i, id := range path {
+		out[i] = n.NameOf(id)
+	}
+	return out
+}
+
+// TIVs lists the pairs whose best path of at most MaxHops links beats the
+// direct link, by how much (exact, offset-free), largest saving first.
+func (n *Node) TIVs() []routing.TIV {
+	m := n.router.Matrix()
+	if m == nil {
+		return nil
+	}
+	cfg := n.router.Config()
+	return routing.TIVs(m, cfg.Weights, cfg.MaxHops)
+}
+
+// Why explains the route to the named site.
+func (n *Node) Why(now time.Time, site string) (routing.Explanation, error) {
+	id, err := n.IDOf(site)
+	if err != nil {
+		return routing.Explanation{}, err
+	}
+	return n.router.Why(now, id), nil
+}
+
+// Counters returns a copy of the traffic and drop counters.
+func (n *Node) Counters() Counters { return n.counters }
+
+// Pin forces the path (site names, ending at dst) to dst.
+func (n *Node) Pin(now time.Time, dst string, path []string) error {
+	id, err := n.IDOf(dst)
+	if err != nil {
+		return err
+	}
+	ids := make([]wire.SiteID, len(path))
+	for i, name := range path {
+		if ids[i], err = n.IDOf(name); err != nil {
+			return err
+		}
+	}
+	if err := n.router.Pin(id, ids); err != nil {
+		return err
+	}
+	n.route(now)
+	return nil
+}
+
+// Unpin removes the pin of dst.
+func (n *Node) Unpin(now time.Time, dst string) error {
+	id, err := n.IDOf(dst)
+	if err != nil {
+		return err
+	}
+	n.router.Unpin(id)
+	n.route(now)
+	return nil
+}
+
+// ForbidRelay stops relaying through the named site.
+func (n *Node) ForbidRelay(now time.Time, site string) error {
+	id, err := n.IDOf(site)
+	if err != nil {
+		return err
+	}
+	n.router.ForbidRelay(id)
+	n.route(now)
+	return nil
+}
+
+// AllowRelay lifts ForbidRelay.
+func (n *Node) AllowRelay(now time.Time, site string) error {
+	id, err := n.IDOf(site)
+	if err != nil {
+		return err
+	}
+	n.router.AllowRelay(id)
+	n.route(now)
+	return nil
+}
+
+// Overrides returns the operator's pins (by destination name) and the
+// sites forbidden as relays.
+func (n *Node) Overrides() (pins map[string][]string, forbidden []string) {
+	pins = map[string][]string{}
+	for dst, p := range n.router.Pins() {
+		pins[n.NameOf(dst)] = n.Names(p)
+	}
+	return pins, n.Names(n.router.Forbidden())
+}
