@@ -1,0 +1,420 @@
+// Package sim is a deterministic discrete-event fake network that runs
+// several control.Nodes in one process: per directed link delay, jitter and
+// loss, per-site clock offsets and skew, killing, restarting and
+// partitioning sites, changing links at run time and injecting garbage.
+// Whole multi-site scenarios run in milliseconds of real time, and the same
+// seed always gives the same run.
+//
+// Each site sees its own clock: local = global + offset + skew × (global −
+// start). The network records every route change of every site.
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/control"
+	"github.com/detour-overlay/detour/internal/routing"
+	"github.com/detour-overlay/detour/internal/scenario"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// Link holds the properties of one directed link.
+type Link struct {
+	Delay  time.Duration
+	Jitter time.Duration // uniform in [0, Jitter), added to Delay
+	Loss   float64
+	Down   bool
+}
+
+// Site is one simulated site.
+type Site struct {
+	Name   string
+	ID     wire.SiteID
+	Addr   netip.AddrPort
+	Offset time.Duration
+	Skew   float64 // e.g. 50e-6 for +50 ppm
+	Config control.Config
+	Node   *control.Node
+	Alive  bool
+	index  int
+	wakeAt time.Time
+	table  *routing.Table
+}
+
+// RouteChange records a change of one site's path to one destination.
+type RouteChange struct {
+	At       time.Time // global time
+	Site     string
+	Dest     wire.SiteID
+	From, To []wire.SiteID // nil when there was no route / is none
+}
+
+// Net is the simulated network.
+type Net struct {
+	start   time.Time
+	now     time.Time
+	rng     *rand.Rand
+	sites   []*Site
+	byAddr  map[netip.AddrPort]*Site
+	byName  map[string]*Site
+	links   map[[2]int]Link
+	queue   eventQueue
+	seq     uint64
+	Changes []RouteChange
+	// Undeliverable counts datagrams sent to an address no site has.
+	Undeliverable int
+	// Events counts the events processed.
+	Events int
+}
+
+// Start is the global time every simulation starts at.
+var Start = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// New returns an empty network seeded with seed.
+func New(seed uint64) *Net {
+	return &Net{start: Start, now: Start, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		byAddr: map[netip.AddrPort]*Site{}, byName: map[string]*Site{}, links: map[[2]int]Link{}}
+}
+
+// Now returns the global time.
+func (n *Net) Now() time.Time { return n.now }
+
+// Elapsed returns the global time since the start.
+func (n *Net) Elapsed() time.Duration { return n.now.Sub(n.start) }
+
+// AddrOf returns the underlay address given to the i-th site.
+func AddrOf(i int) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 1}), 4789)
+}
+
+// AddSite adds a site (not started) whose configuration is the default one
+// for its name and address, with the given bootstrap addresses, modified
+// by configure if not nil.
+func (n *Net) AddSite(name string, offset time.Duration, bootstrap []netip.AddrPort, configure func(*control.Config)) *Site {
+	i := len(n.sites)
+	s := &Site{Name: name, ID: wire.SiteIDFromName(name), Addr: AddrOf(i), Offset: offset, index: i}
+	s.Config = control.DefaultConfig(name, s.Addr, bootstrap...)
+	if configure != nil {
+		configure(&s.Config)
+	}
+	n.sites = append(n.sites, s)
+	n.byAddr[s.Addr] = s
+	n.byName[name] = s
+	return s
+}
+
+// Site returns a site by name; it panics on an unknown name (a test bug).
+func (n *Net) Site(name string) *Site {
+	s, ok := n.byName[name]
+	if !ok {
+		panic("sim: no site " + name)
+	}
+	return s
+}
+
+// Sites returns all sites in the order added.
+func (n *Net) Sites() []*Site { return n.sites }
+
+// SetLink sets the directed link a → b.
+func (n *Net) SetLink(a, b string, l Link) { n.links[[2]int{n.Site(a).index, n.Site(b).index}] = l }
+
+// LinkOf returns the directed link a → b.
+func (n *Net) LinkOf(a, b string) Link { return n.links[[2]int{n.Site(a).index, n.Site(b).index}] }
+
+// Partition cuts both directions between a and b (down = true) or heals them.
+func (n *Net) Partition(a, b string, down bool) {
+	for _, k := range [][2]string{{a, b}, {b, a}} {
+		l := n.LinkOf(k[0], k[1])
+		l.Down = down
+		n.SetLink(k[0], k[1], l)
+	}
+}
+
+// Local converts a global time to a site's clock.
+func (s *Site) Local(g time.Time) time.Time {
+	return g.Add(s.Offset + time.Duration(s.Skew*float64(g.Sub(Start))))
+}
+
+// global converts a site's local time back to global time.
+func (s *Site) global(l time.Time) time.Time {
+	d := l.Sub(Start) - s.Offset
+	return Start.Add(time.Duration(float64(d) / (1 + s.Skew)))
+}
+
+// Start starts (or restarts, with a new incarnation) a site's node now.
+func (n *Net) Start(name string) error {
+	s := n.Site(name)
+	node, err := control.New(s.Config, s.Local(n.now))
+	if err != nil {
+		return err
+	}
+	s.Node, s.Alive, s.table = node, true, nil
+	n.after(s)
+	return nil
+}
+
+// StartAll starts every site.
+func (n *Net) StartAll() error {
+	for _, s := range n.sites {
+		if err := n.Start(s.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Kill stops a site abruptly: it sends nothing more and receives nothing.
+func (n *Net) Kill(name string) {
+	s := n.Site(name)
+	s.Alive = false
+	s.wakeAt = time.Time{}
+}
+
+// Leave makes a site leave cleanly and then stops it.
+func (n *Net) Leave(name string) {
+	s := n.Site(name)
+	s.Node.Leave(s.Local(n.now))
+	n.drain(s)
+	n.Kill(name)
+}
+
+// Inject delivers a datagram to a site now, as if from the given address.
+func (n *Net) Inject(to string, from netip.AddrPort, pkt []byte) {
+	n.push(&event{at: n.now, site: n.Site(to), from: from, pkt: slices.Clone(pkt)})
+}
+
+// Do runs f on a site's node at the current time (for operator calls) and
+// sends what it produced.
+func (n *Net) Do(name string, f func(node *control.Node, local time.Time)) {
+	s := n.Site(name)
+	f(s.Node, s.Local(n.now))
+	n.after(s)
+}
+
+// RunFor advances the simulation by d.
+func (n *Net) RunFor(d time.Duration) { n.RunUntil(n.now.Add(d), nil) }
+
+// RunUntil runs until global time end or until cond (checked after every
+// event) returns true; it reports whether cond stopped it.
+func (n *Net) RunUntil(end time.Time, cond func() bool) bool {
+	for n.queue.Len() > 0 && !n.queue[0].at.After(end) {
+		ev := heap.Pop(&n.queue).(*event)
+		n.now = ev.at
+		n.handle(ev)
+		if cond != nil && cond() {
+			return true
+		}
+	}
+	n.now = end
+	return false
+}
+
+func (n *Net) handle(ev *event) {
+	s := ev.site
+	if !s.Alive {
+		return
+	}
+	n.Events++
+	if ev.pkt == nil {
+		if !ev.at.Equal(s.wakeAt) {
+			return // superseded wake-up
+		}
+		s.wakeAt = time.Time{}
+		s.Node.Tick(s.Local(n.now))
+	} else {
+		s.Node.Receive(s.Local(n.now), ev.from, ev.pkt)
+	}
+	n.after(s)
+}
+
+// after sends a site's outbox, records route changes and schedules its next
+// wake-up.
+func (n *Net) after(s *Site) {
+	n.drain(s)
+	n.recordRoutes(s)
+	if !s.Alive {
+		return
+	}
+	dl := s.Node.NextDeadline()
+	if dl.IsZero() {
+		return
+	}
+	at := s.global(dl)
+	if at.Before(n.now) {
+		at = n.now
+	}
+	if s.wakeAt.IsZero() || at.Before(s.wakeAt) {
+		s.wakeAt = at
+		n.push(&event{at: at, site: s})
+	}
+}
+
+// drain puts a site's outgoing datagrams on the network.
+func (n *Net) drain(s *Site) {
+	for _, o := range s.Node.Outbox() {
+		dst, ok := n.byAddr[o.To]
+		if !ok {
+			n.Undeliverable++
+			continue
+		}
+		l := n.links[[2]int{s.index, dst.index}]
+		if l.Down || (l.Loss > 0 && n.rng.Float64() < l.Loss) {
+			continue
+		}
+		d := l.Delay
+		if l.Jitter > 0 {
+			d += time.Duration(n.rng.Int64N(int64(l.Jitter)))
+		}
+		n.push(&event{at: n.now.Add(d), site: dst, from: s.Addr, pkt: o.Payload})
+	}
+}
+
+// recordRoutes appends the changes between a site's last seen table and its
+// current one.
+func (n *Net) recordRoutes(s *Site) {
+	t := s.Node.Table()
+	if t == s.table {
+		return
+	}
+	old := s.table
+	s.table = t
+	dests := map[wire.SiteID]bool{}
+	for _, r := range old.Routes() {
+		dests[r.Dest] = true
+	}
+	for _, r := range t.Routes() {
+		dests[r.Dest] = true
+	}
+	ids := make([]wire.SiteID, 0, len(dests))
+	for id := range dests {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		var from, to []wire.SiteID
+		if r, ok := old.Lookup(id); ok {
+			from = r.Path
+		}
+		if r, ok := t.Lookup(id); ok {
+			to = r.Path
+		}
+		if !slices.Equal(from, to) {
+			n.Changes = append(n.Changes, RouteChange{At: n.now, Site: s.Name, Dest: id, From: from, To: to})
+		}
+	}
+}
+
+// Path returns the current path of a site to a destination (nil if none).
+func (n *Net) Path(src, dst string) []wire.SiteID {
+	r, ok := n.Site(src).Node.Table().Lookup(n.Site(dst).ID)
+	if !ok {
+		return nil
+	}
+	return r.Path
+}
+
+// PathNames returns Path as site names.
+func (n *Net) PathNames(src, dst string) []string {
+	var out []string
+	for _, id := range n.Path(src, dst) {
+		out = append(out, n.nameOf(id))
+	}
+	return out
+}
+
+func (n *Net) nameOf(id wire.SiteID) string {
+	for _, s := range n.sites {
+		if s.ID == id {
+			return s.Name
+		}
+	}
+	return id.String()
+}
+
+// TrueDelay returns the configured one-way delay (without jitter) of a path
+// from src; ok is false if a link is down.
+func (n *Net) TrueDelay(src string, path []wire.SiteID) (time.Duration, bool) {
+	var sum time.Duration
+	prev := n.Site(src).index
+	for _, id := range path {
+		next := -1
+		for _, s := range n.sites {
+			if s.ID == id {
+				next = s.index
+			}
+		}
+		if next < 0 {
+			return 0, false
+		}
+		l := n.links[[2]int{prev, next}]
+		if l.Down {
+			return 0, false
+		}
+		sum += l.Delay
+		prev = next
+	}
+	return sum, true
+}
+
+// FromScenario builds a network from a testbed scenario: one site per
+// scenario site, links with the scenario's delay, jitter and loss, clock
+// offsets from the scenario, every site bootstrapping through the first.
+func FromScenario(sc *scenario.Scenario, seed uint64, configure func(*control.Config)) *Net {
+	n := New(seed)
+	for i, s := range sc.Sites {
+		var boot []netip.AddrPort
+		if i > 0 {
+			boot = []netip.AddrPort{AddrOf(0)}
+		}
+		n.AddSite(s.Name, time.Duration(s.ClockOffset), boot, configure)
+	}
+	for i := range sc.Sites {
+		for j := range sc.Sites {
+			if i != j {
+				p := sc.Link(i, j)
+				n.links[[2]int{i, j}] = Link{Delay: p.Delay, Jitter: p.Jitter, Loss: p.Loss}
+			}
+		}
+	}
+	return n
+}
+
+// String summarises the network.
+func (n *Net) String() string { return fmt.Sprintf("sim: %d sites at +%v", len(n.sites), n.Elapsed()) }
+
+type event struct {
+	at   time.Time
+	seq  uint64
+	site *Site
+	from netip.AddrPort
+	pkt  []byte // nil for a wake-up
+}
+
+func (n *Net) push(ev *event) {
+	n.seq++
+	ev.seq = n.seq
+	heap.Push(&n.queue, ev)
+}
+
+type eventQueue []*event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if !q[i].at.Equal(q[j].at) {
+		return q[i].at.Before(q[j].at)
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	ev := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return ev
+}
