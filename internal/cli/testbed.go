@@ -1,0 +1,390 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/scenario"
+	"github.com/detour-overlay/detour/internal/testbed"
+)
+
+func init() {
+	Register(Command{
+		Name:    "testbed",
+		Summary: "emulate a multi-site WAN on this machine (up, down, status, exec, link, truth, traffic)",
+		Run:     runTestbed,
+	})
+}
+
+const testbedUsage = `usage: detour testbed COMMAND [ARGS]
+
+  up SCENARIO [--overlay none|vxlan|tinc|detour] [--underlay-mtu N] [--foreground]
+        bring up a testbed; SCENARIO is a file or a shipped name
+        (%s)
+  down                         remove every namespace, link and process
+  status [--json]              what is up
+  exec SITE[/HOST] [--gateway] -- CMD...
+                               run CMD in a site's first host (or host HOST,
+                               or the gateway)
+  link set A B [--delay D] [--jitter D] [--loss P] [--rate R] [--queue Q] [--both]
+                               change the directed link A->B (and B->A)
+  truth [--json]               configured and measured one-way delay of every link
+  traffic start|stop|list [NAME]
+                               cross traffic defined in the scenario
+  scenario NAME                print a shipped scenario's YAML
+
+Every command takes --state DIR (default %s, or $DETOUR_TESTBED_STATE).
+`
+
+func runTestbed(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintf(stdout, testbedUsage, strings.Join(scenario.Shipped(), ", "), testbed.DefaultStateDir)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	sub := map[string]func([]string, io.Writer, io.Writer) error{
+		"up": tbUp, "down": tbDown, "status": tbStatus, "exec": tbExec, "link": tbLink,
+		"truth": tbTruth, "traffic": tbTraffic, "scenario": tbScenario, "wanem": tbWanem,
+	}
+	run, ok := sub[args[0]]
+	if !ok {
+		return Fail(stderr, "testbed", fmt.Errorf("%w: unknown command %q (see 'detour testbed help')", ErrUsage, args[0]))
+	}
+	if args[0] != "scenario" {
+		if err := testbed.CheckRoot(); err != nil {
+			return Fail(stderr, "testbed "+args[0], err)
+		}
+	}
+	if err := run(args[1:], stdout, stderr); err != nil {
+		return Fail(stderr, "testbed "+args[0], err)
+	}
+	return 0
+}
+
+// newFlags returns a flag set with the common --state flag.
+func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("testbed "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := os.Getenv("DETOUR_TESTBED_STATE")
+	if def == "" {
+		def = testbed.DefaultStateDir
+	}
+	return fs, fs.String("state", def, "state directory of the testbed")
+}
+
+// parseArgs parses flags placed anywhere among the positional arguments,
+// up to a "--", and returns the positional arguments and what follows
+// "--".
+func parseArgs(fs *flag.FlagSet, args []string) (pos, rest []string, err error) {
+	for i, a := range args {
+		if a == "--" {
+			args, rest = args[:i], args[i+1:]
+			break
+		}
+	}
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, nil, fmt.Errorf("%w: %v", ErrUsage, err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, rest, nil
+		}
+		pos, args = append(pos, args[0]), args[1:]
+	}
+}
+
+func wantArgs(pos []string, n int, what string) error {
+	if len(pos) != n {
+		return fmt.Errorf("%w: want %s, got %d argument(s)", ErrUsage, what, len(pos))
+	}
+	return nil
+}
+
+func tbUp(args []string, stdout, stderr io.Writer) error {
+	fs, state := newFlags("up", stderr)
+	overlay := fs.String("overlay", "none", "overlay: none, vxlan, tinc or detour")
+	mtu := fs.Int("underlay-mtu", 0, "underlay MTU (default: the scenario's, else 1500)")
+	fg := fs.Bool("foreground", false, "stay in the foreground; Ctrl-C or SIGTERM tears the testbed down")
+	prefix := fs.String("prefix", envOr("DETOUR_TESTBED_PREFIX", testbed.DefaultPrefix), "prefix of namespace names")
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 1, "one SCENARIO (a file or a shipped name)"); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	t0 := time.Now()
+	st, err := testbed.Up(ctx, testbed.Options{
+		Scenario: pos[0], Overlay: *overlay, UnderlayMTU: *mtu, StateDir: *state,
+		Prefix: *prefix, Self: self, Log: stderr,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "testbed %s up in %.2fs: %d sites, overlay %s, underlay MTU %d, host MTU %d\n",
+		st.Scenario, time.Since(t0).Seconds(), len(st.Sites), st.Overlay, st.UnderlayMTU, st.HostMTU)
+	printSites(stdout, st)
+	if !*fg {
+		return nil
+	}
+	fmt.Fprintln(stdout, "running in the foreground; Ctrl-C tears it down")
+	<-ctx.Done()
+	return testbed.Down(*state)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func printSites(w io.Writer, st *testbed.State) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SITE\tGATEWAY NS\tUNDERLAY\tHOSTS")
+	for _, s := range st.Sites {
+		var hosts []string
+		for _, h := range s.Hosts {
+			hosts = append(hosts, h.NS+"="+h.Addr)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Gateway, s.Underlay, strings.Join(hosts, " "))
+	}
+	tw.Flush()
+}
+
+func tbDown(args []string, stdout, stderr io.Writer) error {
+	fs, state := newFlags("down", stderr)
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+		return err
+	}
+	err = testbed.Down(*state)
+	if errors.Is(err, testbed.ErrNoTestbed) {
+		fmt.Fprintln(stdout, "no testbed is up")
+		return nil
+	}
+	if err == nil {
+		fmt.Fprintln(stdout, "testbed down")
+	}
+	return err
+}
+
+func tbStatus(args []string, stdout, stderr io.Writer) error {
+	fs, state := newFlags("status", stderr)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+		return err
+	}
+	s, err := testbed.GetStatus(*state)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSONOut(stdout, s)
+	}
+	fmt.Fprintf(stdout, "scenario %s, overlay %s, underlay MTU %d, host MTU %d, up since %s\n",
+		s.Scenario, s.Overlay, s.UnderlayMTU, s.HostMTU, s.Created.Format(time.RFC3339))
+	printSites(stdout, &s.State)
+	names := make([]string, 0, len(s.Alive))
+	for n := range s.Alive {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(stdout, "process %-16s %s\n", n, map[bool]string{true: "running", false: "NOT RUNNING"}[s.Alive[n]])
+	}
+	if len(s.Traffic) > 0 {
+		fmt.Fprintf(stdout, "cross traffic: %s\n", strings.Join(s.Traffic, ", "))
+	}
+	return nil
+}
+
+func writeJSONOut(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func tbExec(args []string, stdout, stderr io.Writer) error {
+	fs, state := newFlags("exec", stderr)
+	gw := fs.Bool("gateway", false, "run in the site's gateway namespace")
+	pos, cmd, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 1, "SITE[/HOST] -- CMD..."); err != nil {
+		return err
+	}
+	if len(cmd) == 0 {
+		return fmt.Errorf("%w: no command after --", ErrUsage)
+	}
+	st, err := testbed.LoadState(*state)
+	if err != nil {
+		return err
+	}
+	ns, err := testbed.Target(st, pos[0], *gw)
+	if err != nil {
+		return err
+	}
+	return testbed.Exec(ns, cmd)
+}
+
+func tbLink(args []string, stdout, stderr io.Writer) error {
+	fs, state := newFlags("link", stderr)
+	var patch scenario.Patch
+	fs.Func("delay", "one-way delay, e.g. 30ms", func(s string) error { return setPtr(&patch.Delay, s, scenario.ParseDuration) })
+	fs.Func("jitter", "jitter, e.g. 1ms", func(s string) error { return setPtr(&patch.Jitter, s, scenario.ParseDuration) })
+	fs.Func("loss", "random loss, e.g. 1%", func(s string) error { return setPtr(&patch.Loss, s, scenario.ParsePercent) })
+	fs.Func("rate", "rate limit, e.g. 20mbit or unlimited", func(s string) error { return setPtr(&patch.Rate, s, scenario.ParseRate) })
+	fs.Func("queue", "queue size, e.g. 64KB or 50ms", func(s string) error { return setPtr(&patch.Queue, s, scenario.ParseQueue) })
+	reorder := fs.Bool("reorder", false, "let jitter reorder packets")
+	both := fs.Bool("both", false, "change both directions")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 3 || pos[0] != "set" {
+		return fmt.Errorf("%w: want 'link set A B [--delay D] ...'", ErrUsage)
+	}
+	if isSet(fs, "reorder") {
+		patch.Reorder = reorder
+	}
+	if patch.IsEmpty() {
+		return fmt.Errorf("%w: nothing to change: give --delay, --jitter, --loss, --rate, --queue or --reorder", ErrUsage)
+	}
+	if err := scenario.ValidatePatch(patch); err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	res, err := testbed.SetLink(*state, pos[1], pos[2], *both, patch)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSONOut(stdout, res)
+	}
+	for _, l := range res.Links {
+		fmt.Fprintf(stdout, "%s->%s: delay %gms jitter %gms loss %g%% rate %s\n", l.From, l.To, l.DelayMS, l.JitterMS, l.LossPct, l.Rate)
+	}
+	return nil
+}
+
+// setPtr parses s and stores the value in a newly allocated *T.
+func setPtr[T any](dst **T, s string, parse func(string) (T, error)) error {
+	v, err := parse(s)
+	if err != nil {
+		return err
+	}
+	*dst = &v
+	return nil
+}
+
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+func tbTruth(args []string, stdout, stderr io.Writer) error {
+	fs, state := newFlags("truth", stderr)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+		return err
+	}
+	t, err := testbed.GetTruth(*state)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSONOut(stdout, t)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "FROM\tTO\tDELAY ms\tJITTER ms\tLOSS %\tRATE\tQUEUE ms\tMEASURED ms\tPACKETS\tDROPS\t")
+	for _, l := range t.Links {
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%g\t%s\t%.3f\t%.3f\t%d\t%d\t\n", l.From, l.To, l.DelayMS, l.JitterMS,
+			l.LossPct, l.Rate, l.QueueMS, l.MeasuredMS, l.Delivered, l.Lost+l.QueueDrops)
+	}
+	return tw.Flush()
+}
+
+func tbTraffic(args []string, stdout, stderr io.Writer) error {
+	fs, state := newFlags("traffic", stderr)
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 || (pos[0] != "list" && len(pos) != 2) || (pos[0] == "list" && len(pos) != 1) {
+		return fmt.Errorf("%w: want 'traffic start NAME', 'traffic stop NAME' or 'traffic list'", ErrUsage)
+	}
+	name := ""
+	if len(pos) == 2 {
+		name = pos[1]
+	}
+	res, err := testbed.Traffic(*state, pos[0], name)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "running: %s\n", strings.Join(res.Running, ", "))
+	return nil
+}
+
+func tbScenario(args []string, stdout, stderr io.Writer) error {
+	if len(args) != 1 {
+		return fmt.Errorf("%w: want 'scenario NAME' (shipped: %s)", ErrUsage, strings.Join(scenario.Shipped(), ", "))
+	}
+	b, err := scenario.ShippedSource(args[0])
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(b)
+	return err
+}
+
+// tbWanem is the hidden command that runs the emulator of a testbed; Up
+// starts it in the background.
+func tbWanem(args []string, stdout, stderr io.Writer) error {
+	fs, state := newFlags("wanem", stderr)
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+		return err
+	}
+	return testbed.RunEmulator(*state)
+}

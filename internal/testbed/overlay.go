@@ -1,0 +1,260 @@
+package testbed
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/config"
+	"github.com/detour-overlay/detour/internal/scenario"
+)
+
+// startOverlay brings up the chosen overlay on every gateway and waits
+// until it carries traffic.
+func startOverlay(ctx context.Context, st *State, sc *scenario.Scenario, o Options) error {
+	switch o.Overlay {
+	case "vxlan":
+		if err := startVXLAN(st); err != nil {
+			return err
+		}
+	case "tinc":
+		if err := startTinc(st, o.StateDir); err != nil {
+			return err
+		}
+	case "detour":
+		if err := startDetour(ctx, st, sc, o); err != nil {
+			return err
+		}
+	default:
+		return nil
+	}
+	return waitOverlay(ctx, st, 20*time.Second)
+}
+
+// startVXLAN builds a full mesh of kernel VXLAN: one vx0 per gateway,
+// attached to br0, with head-end replication to every peer (an all-zero
+// FDB entry per peer); unicast entries are learnt.
+func startVXLAN(st *State) error {
+	for i, site := range st.Sites {
+		lines := []string{
+			fmt.Sprintf("link add vx0 type vxlan id 42 local %s dstport 4789 dev wan0", site.Underlay),
+			fmt.Sprintf("link set vx0 mtu %d master br0 up", st.HostMTU),
+		}
+		if err := ipBatch(site.Gateway, lines); err != nil {
+			return err
+		}
+		for j, peer := range st.Sites {
+			if i == j {
+				continue
+			}
+			out, err := exec.Command("bridge", "-n", site.Gateway, "fdb", "append",
+				"00:00:00:00:00:00", "dev", "vx0", "dst", peer.Underlay).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("bridge fdb append in %s: %v: %s", site.Gateway, err, out)
+			}
+		}
+	}
+	return nil
+}
+
+// tincName turns a site name into a valid tinc node name.
+func tincName(site string) string { return strings.ReplaceAll(strings.ToLower(site), "-", "_") }
+
+// startTinc configures tinc 1.0 in switch mode on every gateway (keys
+// made with tincd -K, a meta connection to every other site, tap bridged
+// to br0) and
+// runs each tincd in the foreground (-D) as a recorded background process.
+func startTinc(st *State, dir string) error {
+	base := filepath.Join(dir, "tinc")
+	if err := writeTincConfigs(st, base); err != nil {
+		return err
+	}
+	if err := tincKeys(st, base); err != nil {
+		return err
+	}
+	if err := shareTincHosts(st, base); err != nil {
+		return err
+	}
+	for _, site := range st.Sites {
+		cdir := filepath.Join(base, tincName(site.Name))
+		p, err := startDetached(dir, "tinc-"+tincName(site.Name), "ip", "netns", "exec", site.Gateway,
+			"tincd", "-c", cdir, "-D", "--pidfile="+filepath.Join(cdir, "tinc.pid"))
+		if err != nil {
+			return err
+		}
+		st.Procs = append(st.Procs, p)
+		if err := st.Save(dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeTincConfigs(st *State, base string) error {
+	for _, site := range st.Sites {
+		name := tincName(site.Name)
+		cdir := filepath.Join(base, name)
+		if err := os.MkdirAll(filepath.Join(cdir, "hosts"), 0o700); err != nil {
+			return err
+		}
+		conf := []string{"Name = " + name, "Mode = switch", "DeviceType = tap", "Device = /dev/net/tun",
+			"Interface = tap0", "AddressFamily = ipv4", "BindToAddress = " + site.Underlay}
+		// Each site connects to every site started before it: that makes
+		// a full mesh of meta connections, one per pair. When two sites
+		// connect to each other at the same moment, tinc closes one of
+		// the two connections and retries after 5 s.
+		for _, peer := range st.Sites {
+			if peer.Name == site.Name {
+				break
+			}
+			conf = append(conf, "ConnectTo = "+tincName(peer.Name))
+		}
+		up := fmt.Sprintf("#!/bin/sh\nip link set $INTERFACE mtu %d master br0 up\n", st.HostMTU)
+		host := fmt.Sprintf("Address = %s\nPort = 655\n", site.Underlay)
+		files := map[string]string{"tinc.conf": strings.Join(conf, "\n") + "\n", "tinc-up": up, "hosts/" + name: host}
+		for f, text := range files {
+			if err := os.WriteFile(filepath.Join(cdir, f), []byte(text), 0o700); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// tincKeys generates every site's RSA key pair in parallel.
+func tincKeys(st *State, base string) error {
+	errs := make([]error, len(st.Sites))
+	var wg sync.WaitGroup
+	for i, site := range st.Sites {
+		wg.Go(func() {
+			cmd := exec.Command("tincd", "-c", filepath.Join(base, tincName(site.Name)), "-K2048")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				errs[i] = fmt.Errorf("tincd -K for %s: %v: %s", site.Name, err, out)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shareTincHosts copies every site's host file (address and public key)
+// to every other site.
+func shareTincHosts(st *State, base string) error {
+	for _, a := range st.Sites {
+		an := tincName(a.Name)
+		b, err := os.ReadFile(filepath.Join(base, an, "hosts", an))
+		if err != nil {
+			return err
+		}
+		for _, peer := range st.Sites {
+			if peer.Name == a.Name {
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(base, tincName(peer.Name), "hosts", an), b, 0o600); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// agentPort is the UDP port of detour agents on the underlay.
+const agentPort = 4800
+
+// startDetour writes an agent configuration per site and starts
+// `detour agent --config FILE` in every gateway, then waits until each
+// agent's API answers `detour status`.
+func startDetour(ctx context.Context, st *State, sc *scenario.Scenario, o Options) error {
+	cdir := filepath.Join(o.StateDir, "detour")
+	if err := os.MkdirAll(cdir, 0o755); err != nil {
+		return err
+	}
+	var started []Proc
+	for i, site := range st.Sites {
+		file := filepath.Join(cdir, tincName(site.Name)+".yaml")
+		if err := writeAgentConfig(st, sc, i, file); err != nil {
+			return err
+		}
+		name := "agent-" + tincName(site.Name)
+		p, err := startDetached(o.StateDir, name, "ip", "netns", "exec", site.Gateway, o.Self, "agent", "--config", file)
+		if err != nil {
+			return err
+		}
+		st.Procs = append(st.Procs, p)
+		started = append(started, p)
+		if err := st.Save(o.StateDir); err != nil {
+			return err
+		}
+	}
+	for i, site := range st.Sites {
+		gw := site.Gateway
+		err := waitFor(ctx, 10*time.Second, started[i], o.StateDir, "agent-"+tincName(site.Name), func() bool {
+			return exec.Command("ip", "netns", "exec", gw, o.Self, "status", "--api", config.DefaultAPI).Run() == nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeAgentConfig(st *State, sc *scenario.Scenario, i int, file string) error {
+	site := st.Sites[i]
+	a := config.Agent{
+		Site:   site.Name,
+		Listen: fmt.Sprintf("%s:%d", site.Underlay, agentPort),
+		API:    config.DefaultAPI,
+		Networks: []config.Network{{
+			Name: config.DefaultNetworkName, ID: config.DefaultNetworkID,
+			TAP: config.DefaultTAP, Bridge: "br0", MTU: st.HostMTU,
+		}},
+		TestClockOffset: sc.Sites[i].ClockOffset.D(),
+	}
+	for j, peer := range st.Sites {
+		if j != i {
+			a.Peers = append(a.Peers, config.Peer{Name: peer.Name, Address: fmt.Sprintf("%s:%d", peer.Underlay, agentPort)})
+		}
+	}
+	a.ApplyDefaults()
+	if err := a.Validate(); err != nil {
+		return fmt.Errorf("agent configuration for %s: %w", site.Name, err)
+	}
+	b, err := a.Marshal()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, b, 0o644)
+}
+
+// waitOverlay waits until the first host of the first site reaches the
+// first host of every other site through the overlay.
+func waitOverlay(ctx context.Context, st *State, timeout time.Duration) error {
+	src := st.Sites[0].Hosts[0].NS
+	deadline := time.Now().Add(timeout)
+	for _, site := range st.Sites[1:] {
+		dst := site.Hosts[0].Addr
+		for {
+			err := exec.CommandContext(ctx, "ip", "netns", "exec", src, "ping", "-c1", "-W0.5", "-q", dst).Run()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("no ping from %s to %s (%s) through the overlay after %v", st.Sites[0].Name, site.Name, dst, timeout)
+			}
+		}
+	}
+	return nil
+}

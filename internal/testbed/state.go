@@ -1,0 +1,190 @@
+// Package testbed brings up and tears down detour's multi-site WAN testbed
+// on one Linux machine: per site a gateway network namespace (the only one
+// with an underlay address, on a TUN device whose other end is the
+// user-space WAN emulator of package wanem) and host namespaces (the
+// "VMs") bridged to the gateway; an overlay of the user's choice (none,
+// kernel VXLAN, tinc or detour) joins the sites at layer 2.
+//
+// Everything the testbed creates is recorded in a state directory
+// (default /run/detour/testbed): the namespaces and the processes, each
+// with its start time so that a recycled PID is never killed. Down, and Up
+// after a crash, remove all of it.
+package testbed
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DefaultStateDir is where the testbed keeps its state unless told.
+const DefaultStateDir = "/run/detour/testbed"
+
+// DefaultPrefix starts the name of every namespace the testbed creates.
+const DefaultPrefix = "dt-"
+
+// State is what a running testbed consists of.
+type State struct {
+	Scenario    string      `json:"scenario"`
+	Overlay     string      `json:"overlay"`
+	Prefix      string      `json:"prefix"`
+	UnderlayMTU int         `json:"underlay_mtu"`
+	HostMTU     int         `json:"host_mtu"`
+	Sites       []SiteState `json:"sites"`
+	Procs       []Proc      `json:"procs"`
+	Created     time.Time   `json:"created"`
+	// Ready is set once Up has finished.
+	Ready bool `json:"ready"`
+}
+
+// SiteState names one site's namespaces and addresses.
+type SiteState struct {
+	Name     string      `json:"name"`
+	Gateway  string      `json:"gateway"`
+	Underlay string      `json:"underlay"`
+	Hosts    []HostState `json:"hosts"`
+}
+
+// HostState is one host namespace and its overlay address.
+type HostState struct {
+	NS   string `json:"ns"`
+	Addr string `json:"addr"`
+}
+
+// Namespaces lists every namespace of the testbed.
+func (s *State) Namespaces() []string {
+	var ns []string
+	for _, site := range s.Sites {
+		ns = append(ns, site.Gateway)
+		for _, h := range site.Hosts {
+			ns = append(ns, h.NS)
+		}
+	}
+	return ns
+}
+
+// Site returns the named site (case-insensitive) or nil.
+func (s *State) Site(name string) *SiteState {
+	for i := range s.Sites {
+		if strings.EqualFold(s.Sites[i].Name, name) {
+			return &s.Sites[i]
+		}
+	}
+	return nil
+}
+
+// Proc is a background process the testbed started.
+type Proc struct {
+	Name string `json:"name"`
+	PID  int    `json:"pid"`
+	// Start is the process's start time in clock ticks after boot
+	// (/proc/PID/stat field 22): a PID whose start differs is not ours.
+	Start uint64 `json:"start"`
+}
+
+// Paths of files in the state directory.
+func statePath(dir string) string   { return filepath.Join(dir, "state.json") }
+func socketPath(dir string) string  { return filepath.Join(dir, "wanem.sock") }
+func trafficPath(dir string) string { return filepath.Join(dir, "traffic.json") }
+
+// ErrNoTestbed means there is no testbed state in the directory.
+var ErrNoTestbed = errors.New("no testbed is up")
+
+// LoadState reads the state of the testbed in dir.
+func LoadState(dir string) (*State, error) {
+	b, err := os.ReadFile(statePath(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w (no %s)", ErrNoTestbed, statePath(dir))
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", statePath(dir), err)
+	}
+	return &s, nil
+}
+
+// Save writes the state atomically.
+func (s *State) Save(dir string) error {
+	return writeJSON(statePath(dir), s)
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// procStart returns the start time of a process in clock ticks after
+// boot, or an error if there is no such process.
+func procStart(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may contain spaces; fields after the last
+	// ')' are fixed. Field 22 is the 20th after it.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("pid %d: unreadable stat", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("pid %d: short stat", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// newProc records a running process.
+func newProc(name string, pid int) Proc {
+	st, _ := procStart(pid)
+	return Proc{Name: name, PID: pid, Start: st}
+}
+
+// Alive reports whether the process is still the one recorded (and not a
+// zombie).
+func (p Proc) Alive() bool {
+	st, err := procStart(p.PID)
+	if err != nil || st != p.Start {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || !strings.HasPrefix(strings.TrimSpace(string(b[i+1:])), "Z")
+}
+
+// Kill stops the process if it is still the recorded one: SIGTERM, then
+// SIGKILL after grace.
+func (p Proc) Kill(grace time.Duration) {
+	if !p.Alive() {
+		return
+	}
+	syscall.Kill(p.PID, syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if !p.Alive() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p.Alive() {
+		syscall.Kill(p.PID, syscall.SIGKILL)
+	}
+}
