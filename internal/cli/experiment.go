@@ -1,0 +1,201 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/experiment/lanman"
+)
+
+func init() {
+	Register(Command{Name: "experiment", Summary: "run an experiment on the testbed (lanman2017: geo-replicated ZooKeeper)", Run: runExperiment})
+}
+
+const experimentUsage = `usage: detour experiment lanman2017 [--overlays vxlan,tinc,detour] [--short] [--out DIR] [--ops N]
+
+Geo-replicated ZooKeeper (CLU leader, BOR, LAN) on the lanman2017 testbed,
+client at LAN, in three phases: (a) idle WAN, (b) TCP cross traffic filling
+CLU<->LAN outside the overlay, (c) the same load with detour free to
+reroute; then a continuous run while the load starts. Writes raw samples,
+a summary with the latency model's predictions, plots and versions to DIR
+and prints the summary table. Needs root.
+
+`
+
+// experimentOptions are the command line of `detour experiment lanman2017`.
+type experimentOptions struct {
+	overlays, continuous, out, scenario, plot string
+	short                                     bool
+	ops                                       int
+}
+
+func runExperiment(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		io.WriteString(stderr, experimentUsage)
+		return 2
+	}
+	if args[0] != "lanman2017" {
+		return Fail(stderr, "experiment", fmt.Errorf("%w: unknown experiment %q (known: lanman2017)", ErrUsage, args[0]))
+	}
+	opt, err := parseExperiment(args[1:], stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 2
+		}
+		return Fail(stderr, "experiment", err)
+	}
+	if os.Geteuid() != 0 {
+		return Fail(stderr, "experiment", errors.New("must run as root (it drives the testbed's network namespaces)"))
+	}
+	if err := experiment(opt, stdout, stderr); err != nil {
+		return Fail(stderr, "experiment", err)
+	}
+	return 0
+}
+
+func parseExperiment(args []string, stderr io.Writer) (experimentOptions, error) {
+	var o experimentOptions
+	fs := flag.NewFlagSet("experiment lanman2017", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.overlays, "overlays", "", "comma-separated overlays (default vxlan,tinc,detour; with --short vxlan,detour)")
+	fs.BoolVar(&o.short, "short", false, "a short run (under 3 minutes) that shows the direction of the effect")
+	fs.StringVar(&o.out, "out", "", "results directory (default results/lanman2017-TIME)")
+	fs.IntVar(&o.ops, "ops", 0, "timed operations of each kind per server and phase (default 40; 10 with --short)")
+	fs.StringVar(&o.continuous, "continuous", "", "overlays with a continuous run (default: all; with --short detour only)")
+	fs.StringVar(&o.scenario, "scenario", "lanman2017", "testbed scenario with sites BOR, CLU, LAN, NEU and flow clu-lan")
+	fs.StringVar(&o.plot, "plot", "", "plotting script (default scripts/plot_experiment.py next to the binary or in the working directory; 'none' to skip)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
+	}
+	if o.ops < 0 {
+		return o, fmt.Errorf("%w: --ops must be positive", ErrUsage)
+	}
+	for _, ov := range splitList(o.overlays) {
+		if ov != "vxlan" && ov != "tinc" && ov != "detour" {
+			return o, fmt.Errorf("%w: unknown overlay %q (want vxlan, tinc or detour)", ErrUsage, ov)
+		}
+	}
+	return o, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// config turns the options into the experiment's configuration.
+func (o experimentOptions) config(bin string, log io.Writer) lanman.Config {
+	c := lanman.Config{
+		Bin: bin, Scenario: o.scenario, Log: log,
+		Overlays: []string{"vxlan", "tinc", "detour"}, Ops: 40, Warmup: 5,
+		Settle: 4 * time.Second, ContinuousIdle: 15 * time.Second, ContinuousLoad: 40 * time.Second,
+		WorkDir:       "/run/detour/experiment",
+		TestbedState:  envDefault("DETOUR_TESTBED_STATE", "/run/detour/experiment-testbed"),
+		TestbedPrefix: envDefault("DETOUR_TESTBED_PREFIX", "dx-"),
+	}
+	if o.short {
+		c.Overlays, c.Ops, c.Warmup = []string{"vxlan", "detour"}, 10, 3
+		c.Settle, c.ContinuousIdle, c.ContinuousLoad = 3*time.Second, 5*time.Second, 12*time.Second
+		c.ContinuousOverlays = []string{"detour"}
+	}
+	if l := splitList(o.overlays); l != nil {
+		c.Overlays = l
+	}
+	if c.ContinuousOverlays == nil {
+		c.ContinuousOverlays = c.Overlays
+	}
+	if o.continuous != "" {
+		c.ContinuousOverlays = splitList(o.continuous)
+	}
+	if o.ops > 0 {
+		c.Ops = o.ops
+	}
+	return c
+}
+
+func experiment(o experimentOptions, stdout, stderr io.Writer) error {
+	bin, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	out := o.out
+	if out == "" {
+		out = filepath.Join("results", "lanman2017-"+time.Now().Format("20060102-150405"))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cfg := o.config(bin, stderr)
+	defer os.RemoveAll(cfg.WorkDir)
+	start := time.Now()
+	res, runErr := lanman.Run(ctx, cfg)
+	if res == nil {
+		return runErr
+	}
+	if err := res.Write(out, lanman.Versions(bin)); err != nil {
+		return errors.Join(runErr, err)
+	}
+	if runErr != nil {
+		return fmt.Errorf("%w (partial results in %s)", runErr, out)
+	}
+	plot(o.plot, bin, out, stderr)
+	fmt.Fprintf(stdout, "lanman2017: geo-replicated ZooKeeper, client at %s, leader %s; %d operations of each kind per server and phase\n", lanman.Client, lanman.Leader, cfg.Ops)
+	if err := res.WriteReport(stdout); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "results in %s (%.0f s)\n", out, time.Since(start).Seconds())
+	return nil
+}
+
+// plot runs the plotting script on the results directory; a missing
+// script or matplotlib only costs the plots.
+func plot(script, bin, dir string, stderr io.Writer) {
+	if script == "none" {
+		return
+	}
+	if script == "" {
+		for _, c := range []string{
+			filepath.Join(filepath.Dir(bin), "..", "scripts", "plot_experiment.py"),
+			filepath.Join("scripts", "plot_experiment.py"),
+		} {
+			if _, err := os.Stat(c); err == nil {
+				script = c
+				break
+			}
+		}
+	}
+	if script == "" {
+		fmt.Fprintln(stderr, "detour experiment: scripts/plot_experiment.py not found; no plots")
+		return
+	}
+	cmd := exec.Command("python3", script, dir)
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(stderr, "detour experiment: plotting failed: %v\n", err)
+	}
+}
+
+// envDefault returns the environment variable key, or def when it is unset.
+func envDefault(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,446 @@
+package lanman
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/experiment/model"
+	"github.com/detour-overlay/detour/internal/experiment/nsnet"
+	"github.com/detour-overlay/detour/internal/experiment/results"
+	"github.com/detour-overlay/detour/internal/experiment/zoo"
+)
+
+// The sites of the experiment: the client runs at Client; the servers at
+// Servers, in the order the client visits them; Leader has the highest
+// myid. The cross traffic fills LoadA<->LoadB.
+const (
+	Client = "LAN"
+	Leader = "CLU"
+	LoadA  = "CLU"
+	LoadB  = "LAN"
+	Relay  = "NEU"
+	// Flow is the scenario's cross-traffic flow filling LoadA<->LoadB.
+	Flow = "clu-lan"
+)
+
+// Servers are visited in this order in every phase.
+var Servers = []string{"CLU", "BOR", "LAN"}
+
+// myids: the intended leader has the highest.
+var myid = map[string]int{"BOR": 1, "LAN": 2, "CLU": 3}
+
+// Phases of the static runs.
+var Phases = []string{"a", "b", "c"}
+
+// Config is one run of the experiment.
+type Config struct {
+	// Bin is the detour binary that drives the testbed.
+	Bin string
+	// Scenario is the testbed scenario (lanman2017 or a file with the
+	// same sites).
+	Scenario string
+	Overlays []string
+	// Ops is the number of timed operations of each kind per server and
+	// phase; Warmup untimed ones precede them.
+	Ops, Warmup int
+	// Settle is how long the cross traffic runs before phase (b) is
+	// measured, so that the queues have built up.
+	Settle time.Duration
+	// ContinuousIdle and ContinuousLoad are the two parts of the
+	// continuous run; ContinuousOverlays lists the overlays it runs on.
+	ContinuousIdle, ContinuousLoad time.Duration
+	ContinuousOverlays             []string
+	// TestbedState and TestbedPrefix give the experiment's testbed its own
+	// state directory and namespace prefix.
+	TestbedState, TestbedPrefix string
+	// WorkDir holds the ZooKeeper servers' data (a tmpfs is best: the
+	// servers fsync their log on every write).
+	WorkDir string
+	// Log receives progress lines.
+	Log io.Writer
+}
+
+// Result is everything the experiment measured.
+type Result struct {
+	Records []results.Record
+	// Predicted holds the model's median per summary cell.
+	Predicted map[results.Key]float64
+	// Delays holds, per overlay and phase, the median one-way delay of
+	// every pair: PathDelays from detour's measurements for detour, the
+	// ground truth otherwise; TruthDelays always the ground truth.
+	Delays, TruthDelays map[[2]string]model.Matrix
+	// Continuous runs, by overlay.
+	Continuous map[string]*Continuous
+	// Reroute is, per overlay, how long detour took after being unpinned
+	// in phase (c) to use a relay between LoadA and LoadB.
+	Reroute map[string]time.Duration
+}
+
+// Run performs the experiment on every overlay in turn. It always tears
+// down what it started, also when ctx is cancelled.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	res := &Result{
+		Predicted:   map[results.Key]float64{},
+		Delays:      map[[2]string]model.Matrix{},
+		TruthDelays: map[[2]string]model.Matrix{},
+		Continuous:  map[string]*Continuous{},
+		Reroute:     map[string]time.Duration{},
+	}
+	for _, ov := range cfg.Overlays {
+		x := &run{cfg: cfg, ov: ov, res: res}
+		if err := x.all(ctx); err != nil {
+			return res, fmt.Errorf("overlay %s: %w", ov, err)
+		}
+	}
+	return res, nil
+}
+
+// run is the experiment on one overlay.
+type run struct {
+	cfg    Config
+	ov     string
+	res    *Result
+	tb     *Testbed
+	st     Status
+	ens    *zoo.Ensemble
+	agents map[string]*Agent
+	// loaded is true while the cross traffic runs.
+	loaded bool
+}
+
+func (x *run) logf(format string, args ...any) {
+	if x.cfg.Log != nil {
+		fmt.Fprintf(x.cfg.Log, "[%s %s] %s\n", time.Now().Format("15:04:05"), x.ov, fmt.Sprintf(format, args...))
+	}
+}
+
+func (x *run) all(ctx context.Context) (err error) {
+	x.tb = &Testbed{Bin: x.cfg.Bin, StateDir: x.cfg.TestbedState, Prefix: x.cfg.TestbedPrefix}
+	x.logf("testbed up %s --overlay %s", x.cfg.Scenario, x.ov)
+	start := time.Now()
+	if err := x.tb.Up(ctx, x.cfg.Scenario, x.ov); err != nil {
+		_ = x.tb.Down()
+		return err
+	}
+	defer func() {
+		if derr := x.tb.Down(); derr != nil && err == nil {
+			err = derr
+		}
+		x.logf("testbed down")
+	}()
+	x.logf("testbed up in %.1f s", time.Since(start).Seconds())
+	x.st = x.tb.Status()
+	if err := x.startZooKeeper(ctx); err != nil {
+		return err
+	}
+	defer x.stopZooKeeper()
+	defer x.stopLoad()
+	if x.ov == "detour" {
+		if err := x.connectAgents(ctx); err != nil {
+			return err
+		}
+	}
+	if err := x.phases(ctx); err != nil {
+		return err
+	}
+	if contains(x.cfg.ContinuousOverlays, x.ov) {
+		return x.continuous(ctx)
+	}
+	return nil
+}
+
+func (x *run) site(name string) SiteStatus {
+	s, _ := x.st.Site(name)
+	return s
+}
+
+// startZooKeeper deploys one server per site in the site's first host and
+// waits until CLU leads and the others follow.
+func (x *run) startZooKeeper(ctx context.Context) error {
+	var servers []zoo.Server
+	for _, name := range Servers {
+		s, err := x.st.Site(name)
+		if err != nil {
+			return err
+		}
+		servers = append(servers, zoo.Server{Name: name, ID: myid[name], Addr: s.HostAddr()})
+	}
+	dir := filepath.Join(x.cfg.WorkDir, "zk-"+x.ov)
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	x.ens = &zoo.Ensemble{
+		Servers: servers,
+		Dir:     dir,
+		Run:     func(server string, argv []string) *exec.Cmd { return nsnet.Command(x.site(server).HostNS(), argv...) },
+		Dial:    nsnet.Dialer(x.site(Client).HostNS()),
+	}
+	start := time.Now()
+	if err := x.ens.Start(); err != nil {
+		return err
+	}
+	qctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	modes, err := x.ens.WaitQuorum(qctx)
+	if err != nil {
+		return err
+	}
+	x.logf("ZooKeeper quorum in %.1f s: %v", time.Since(start).Seconds(), modes)
+	return nil
+}
+
+func (x *run) stopZooKeeper() {
+	if x.ens != nil {
+		x.ens.Stop()
+		x.ens = nil
+	}
+}
+
+// stopLoad stops the cross traffic if it runs; it works also after ctx
+// was cancelled.
+func (x *run) stopLoad() {
+	if x.loaded {
+		if err := x.tb.Traffic(context.Background(), "stop", Flow); err != nil {
+			x.logf("stopping cross traffic: %v", err)
+		}
+		x.loaded = false
+	}
+}
+
+// connectAgents reaches the agents of the server sites and waits until
+// each has a route to every other server site.
+func (x *run) connectAgents(ctx context.Context) error {
+	x.agents = map[string]*Agent{}
+	for _, name := range Servers {
+		x.agents[name] = NewAgent(name, x.site(name).Gateway)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		missing := x.missingRoutes()
+		if missing == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("detour agents: %w", missing)
+		}
+		if err := sleep(ctx, 500*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func (x *run) missingRoutes() error {
+	for _, a := range Servers {
+		routes, err := x.agents[a].Routes()
+		if err != nil {
+			return err
+		}
+		for _, b := range Servers {
+			if a != b && Path(routes, b) == nil {
+				return fmt.Errorf("%s has no route to %s", a, b)
+			}
+		}
+	}
+	return nil
+}
+
+// phases runs the static phases (a), (b) and (c).
+func (x *run) phases(ctx context.Context) error {
+	if err := x.measure(ctx, "a"); err != nil {
+		return err
+	}
+	if x.agents != nil {
+		// Phase (b) is the paper's loaded WAN without indirect routing:
+		// the operator pins the direct paths, as the paper's SDN
+		// controller kept them.
+		if err := x.pinDirect(true); err != nil {
+			return err
+		}
+	}
+	if err := x.startLoad(ctx); err != nil {
+		return err
+	}
+	if err := x.measure(ctx, "b"); err != nil {
+		return err
+	}
+	if x.agents != nil {
+		if err := x.pinDirect(false); err != nil {
+			return err
+		}
+		d, err := x.waitRelayed(ctx, 15*time.Second)
+		if err != nil {
+			return err
+		}
+		x.res.Reroute[x.ov] = d
+		x.logf("unpinned: detour relayed %s<->%s after %v", LoadA, LoadB, d.Round(time.Millisecond))
+	}
+	if err := x.measure(ctx, "c"); err != nil {
+		return err
+	}
+	x.stopLoad()
+	return nil
+}
+
+func (x *run) startLoad(ctx context.Context) error {
+	if err := x.tb.Traffic(ctx, "start", Flow); err != nil {
+		return err
+	}
+	x.loaded = true
+	x.logf("cross traffic %s<->%s started; settling %v", LoadA, LoadB, x.cfg.Settle)
+	return sleep(ctx, x.cfg.Settle)
+}
+
+func (x *run) pinDirect(pin bool) error {
+	for _, p := range [][2]string{{LoadA, LoadB}, {LoadB, LoadA}} {
+		var err error
+		if pin {
+			err = x.agents[p[0]].PinDirect(p[1])
+		} else {
+			err = x.agents[p[0]].Unpin(p[1])
+		}
+		if err != nil {
+			return fmt.Errorf("pin %s->%s: %w", p[0], p[1], err)
+		}
+	}
+	return nil
+}
+
+// waitRelayed waits until both LoadA->LoadB and LoadB->LoadA go through a
+// relay and returns how long that took.
+func (x *run) waitRelayed(ctx context.Context, limit time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for time.Since(start) < limit {
+		if x.relayed(LoadA, LoadB) && x.relayed(LoadB, LoadA) {
+			return time.Since(start), nil
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("detour did not relay %s<->%s within %v", LoadA, LoadB, limit)
+}
+
+func (x *run) relayed(from, to string) bool {
+	routes, err := x.agents[from].Routes()
+	return err == nil && len(fullPath(from, to, Path(routes, to))) > 2
+}
+
+// measure runs one static phase: for every server in turn, warm-up and
+// then the timed reads and writes, while the path delays are sampled.
+func (x *run) measure(ctx context.Context, phase string) error {
+	sctx, stop := context.WithCancel(ctx)
+	smp := NewSampler(x.tb, x.agents, Servers)
+	done := make(chan struct{})
+	go func() { smp.Run(sctx, 500*time.Millisecond); close(done) }()
+	err := x.measureServers(ctx, phase)
+	stop()
+	<-done
+	if err != nil {
+		return err
+	}
+	if x.loaded {
+		if on, err := x.tb.TrafficRunning(ctx, Flow); err != nil || !on {
+			return fmt.Errorf("the cross traffic stopped during phase %s (%v)", phase, err)
+		}
+	}
+	if n, serr := smp.Errors(); n > 0 {
+		x.logf("phase %s: %d delay samples failed (last: %v)", phase, n, serr)
+	}
+	x.predict(phase, smp)
+	return nil
+}
+
+func (x *run) measureServers(ctx context.Context, phase string) error {
+	dial := nsnet.Dialer(x.site(Client).HostNS())
+	for _, name := range Servers {
+		c, err := zoo.Connect(ctx, name, x.site(name).HostAddr(), zoo.Dialer(dial), "/detour/bench-"+name, 1024)
+		if err != nil {
+			return err
+		}
+		samples := c.Run(ctx, []zoo.Op{zoo.Read, zoo.Write}, x.cfg.Ops, x.cfg.Warmup)
+		c.Close()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		for _, s := range samples {
+			x.res.Records = append(x.res.Records, x.record(phase, s))
+		}
+		x.logf("phase %s via %s: %s", phase, name, brief(samples))
+	}
+	return nil
+}
+
+func (x *run) record(phase string, s zoo.Sample) results.Record {
+	return results.Record{Overlay: x.ov, Phase: phase, Server: s.Server, Op: string(s.Op),
+		Seq: s.Seq, Start: s.Start, Latency: s.Latency, Err: s.Err}
+}
+
+// predict stores the model's medians for the phase from the sampled delays.
+func (x *run) predict(phase string, smp *Sampler) {
+	d := smp.Medians()
+	x.res.Delays[[2]string{x.ov, phase}] = d
+	x.res.TruthDelays[[2]string{x.ov, phase}] = smp.TruthMedians()
+	q := model.Quorum{Leader: Leader}
+	for _, s := range Servers {
+		if s != Leader {
+			q.Followers = append(q.Followers, s)
+		}
+	}
+	for _, s := range Servers {
+		if v, err := model.Read(d.Delays(), Client, s); err == nil {
+			x.res.Predicted[results.Key{Overlay: x.ov, Phase: phase, Op: string(zoo.Read), Server: s}] = v
+		}
+		if v, err := model.Write(d.Delays(), q, Client, s); err == nil {
+			x.res.Predicted[results.Key{Overlay: x.ov, Phase: phase, Op: string(zoo.Write), Server: s}] = v
+		}
+	}
+}
+
+// brief is a one-line progress summary of a server's samples.
+func brief(samples []zoo.Sample) string {
+	var r, w []float64
+	fails := 0
+	for _, s := range samples {
+		if s.Err != "" {
+			fails++
+			continue
+		}
+		ms := float64(s.Latency) / 1e6
+		if s.Op == zoo.Read {
+			r = append(r, ms)
+		} else {
+			w = append(w, ms)
+		}
+	}
+	return fmt.Sprintf("read median %.1f ms, write median %.1f ms, %d failed", medianOf(r), medianOf(w), fails)
+}
+
+func medianOf(v []float64) float64 {
+	c := append([]float64(nil), v...)
+	sort.Float64s(c)
+	return results.Quantile(c, 0.5)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
