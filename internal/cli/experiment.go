@@ -185,7 +185,13 @@ func plot(script, bin, dir string, stderr io.Writer) {
 		fmt.Fprintln(stderr, "detour experiment: scripts/plot_experiment.py not found; no plots")
 		return
 	}
-	cmd := exec.Command("python3", script, dir)
+	// Debian's python3-matplotlib belongs to /usr/bin/python3, which may not
+	// be the first python3 on PATH.
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		py = "python3"
+	}
+	cmd := exec.Command(py, script, dir)
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(stderr, "detour experiment: plotting failed: %v\n", err)
