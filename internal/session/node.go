@@ -1,0 +1,199 @@
+package session
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/keys"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// Timers and limits, after WireGuard's.
+const (
+	// RekeyAfterTime is the age at which the initiator of a session starts
+	// a new handshake.
+	RekeyAfterTime = 120 * time.Second
+	// ResponderRekeyDelay is how much later the responder of a session
+	// rekeys if the initiator has not, so the two rarely collide.
+	ResponderRekeyDelay = 10 * time.Second
+	// RejectAfterTime is the age after which a keypair is dropped.
+	RejectAfterTime = 180 * time.Second
+	// IdleTimeout drops the sessions of a peer that neither sent nor
+	// received anything for that long.
+	IdleTimeout = 60 * time.Second
+	// RetryInitial is the delay before the first retry of an initiation;
+	// it doubles with every retry up to RetryMax.
+	RetryInitial = 500 * time.Millisecond
+	// RetryMax bounds the retry delay.
+	RetryMax = 8 * time.Second
+	// RekeyAttemptTime is how long a handshake is retried before giving up
+	// (until the peer is wanted again).
+	RekeyAttemptTime = 90 * time.Second
+	// MinInitiationInterval rate-limits accepted initiations per peer.
+	MinInitiationInterval = 20 * time.Millisecond
+)
+
+// Message limits.
+const (
+	// RekeyAfterMessages is the number of messages after which a session
+	// is renewed.
+	RekeyAfterMessages = 1 << 60
+	// RejectAfterMessages is the counter at which a key stops being used.
+	RejectAfterMessages = math.MaxUint64 - (1 << 13)
+)
+
+// Errors. Every drop is one of these; callers count them by kind (the Node
+// also counts them, see Stats).
+var (
+	ErrUnknownPeer        = errors.New("session: site not in the accepted set")
+	ErrNoSession          = errors.New("session: no session with the site (handshake pending)")
+	ErrReplay             = errors.New("session: replayed or too old packet")
+	ErrAuth               = errors.New("session: authentication failed")
+	ErrNotSealed          = errors.New("session: data packet is not sealed")
+	ErrMisdirected        = errors.New("session: packet not addressed to this site at this hop")
+	ErrShortBuffer        = errors.New("session: buffer too small")
+	ErrCounterExhausted   = errors.New("session: key counter exhausted")
+	ErrUnknownKey         = errors.New("session: initiator's static key is not the one accepted for its site")
+	ErrReplayedInitiation = errors.New("session: replayed or stale handshake initiation")
+	ErrCollision          = errors.New("session: initiation dropped, ours takes precedence")
+	ErrRateLimited        = errors.New("session: initiation rate-limited")
+	ErrUnexpected         = errors.New("session: handshake response matches no initiation")
+)
+
+// Config configures a Node.
+type Config struct {
+	// Self is this site's ID.
+	Self wire.SiteID
+	// Private is this site's static private key.
+	Private keys.PrivateKey
+	// Peers is the accepted set: the public key of every site this one
+	// talks to. A site not listed cannot handshake, send or relay.
+	Peers map[wire.SiteID]keys.PublicKey
+	// Rand supplies ephemeral keys and key ids; nil means crypto/rand.
+	Rand io.Reader
+}
+
+// Output is a handshake message for the caller to send to a site.
+type Output struct {
+	To     wire.SiteID
+	Packet []byte
+}
+
+// Node is a site's secure-channel state: its identity, its peers and their
+// sessions. Handshake and timer methods (HandleHandshake, Tick, Connect)
+// are pure: time is passed in, messages to send are returned. Data-path
+// methods (SealData, Relay, OpenData, SealControl, OpenControl) may be
+// called concurrently with them and with each other, and do not allocate.
+type Node struct {
+	self   wire.SiteID
+	static keys.PrivateKey
+	public keys.PublicKey
+	rand   io.Reader
+	peers  map[wire.SiteID]*peer // immutable after NewNode
+	order  []*peer               // peers sorted by site, for Tick
+
+	mu     sync.Mutex // guards lastTS
+	lastTS [wire.TimestampLen]byte
+	stats  counters
+}
+
+// NewNode checks cfg and returns a node with no sessions.
+func NewNode(cfg Config) (*Node, error) {
+	if cfg.Self == 0 {
+		return nil, errors.New("session: Self is zero")
+	}
+	r := cfg.Rand
+	if r == nil {
+		r = rand.Reader
+	}
+	n := &Node{self: cfg.Self, static: cfg.Private, public: cfg.Private.Public(), rand: r,
+		peers: make(map[wire.SiteID]*peer, len(cfg.Peers))}
+	byKey := map[keys.PublicKey]wire.SiteID{}
+	for site, pub := range cfg.Peers {
+		if site == cfg.Self || site == 0 {
+			return nil, fmt.Errorf("session: peer %v: is this site or zero", site)
+		}
+		if pub.IsZero() {
+			return nil, fmt.Errorf("session: peer %v: no public key", site)
+		}
+		if other, dup := byKey[pub]; dup {
+			return nil, fmt.Errorf("session: peers %v and %v have the same public key", other, site)
+		}
+		byKey[pub] = site
+		p := &peer{site: site, static: pub}
+		n.peers[site] = p
+		n.order = append(n.order, p)
+	}
+	sort.Slice(n.order, func(i, j int) bool { return n.order[i].site < n.order[j].site })
+	return n, nil
+}
+
+// Self returns this site's ID.
+func (n *Node) Self() wire.SiteID { return n.self }
+
+// PublicKey returns this site's public key.
+func (n *Node) PublicKey() keys.PublicKey { return n.public }
+
+// Ready reports whether this site can send to site now (it has a
+// confirmed session with it).
+func (n *Node) Ready(site wire.SiteID) bool {
+	p := n.peers[site]
+	return p != nil && p.current.Load() != nil
+}
+
+// newIndex returns a random key id.
+func (n *Node) newIndex() (uint32, error) {
+	var b [4]byte
+	for {
+		if _, err := io.ReadFull(n.rand, b[:]); err != nil {
+			return 0, err
+		}
+		if v := binary.BigEndian.Uint32(b[:]); v != 0 {
+			return v, nil
+		}
+	}
+}
+
+// timestamp returns the TAI64N label of now, strictly greater than any
+// earlier one from this node, so a peer never sees two initiations with
+// the same timestamp.
+func (n *Node) timestamp(now time.Time) [wire.TimestampLen]byte {
+	var ts [wire.TimestampLen]byte
+	binary.BigEndian.PutUint64(ts[0:], uint64(1<<62)+uint64(now.Unix()))
+	binary.BigEndian.PutUint32(ts[8:], uint32(now.Nanosecond()))
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !tsAfter(ts, n.lastTS) {
+		ts = n.lastTS
+		incrementTS(&ts)
+	}
+	n.lastTS = ts
+	return ts
+}
+
+// tsAfter reports whether a is a later TAI64N label than b.
+func tsAfter(a, b [wire.TimestampLen]byte) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] > b[i]
+		}
+	}
+	return false
+}
+
+// incrementTS adds one nanosecond-step to a label (as a big-endian number).
+func incrementTS(ts *[wire.TimestampLen]byte) {
+	for i := len(ts) - 1; i >= 0; i-- {
+		ts[i]++
+		if ts[i] != 0 {
+			return
+		}
+	}
+}

@@ -1,0 +1,43 @@
+package session
+
+import "sync/atomic"
+
+// Stats counts what the node did and dropped, for metrics and status.
+type Stats struct {
+	Initiations        uint64 // initiations sent (including retries)
+	Responses          uint64 // initiations answered
+	Established        uint64 // handshakes completed as initiator
+	Collisions         uint64 // initiations dropped because ours won
+	HandshakeMalformed uint64 // unparseable handshake messages
+	HandshakeRejected  uint64 // failed authentication, unknown key, rate limit, no matching initiation
+	InitiationReplays  uint64 // initiations whose timestamp was not newer
+	UnknownPeer        uint64 // messages from sites not in the accepted set
+	NoSession          uint64 // packets to or from a site without a matching session
+	AuthFailures       uint64 // sealed packets that failed authentication (end to end)
+	HopAuthFailures    uint64 // relayed packets whose hop tag failed
+	Replays            uint64 // authenticated packets dropped as replays (or too old)
+	Malformed          uint64 // sealed packets that do not parse or are misdirected
+	Expired            uint64 // keypairs dropped for age or disuse
+	GaveUp             uint64 // handshakes abandoned after RekeyAttemptTime
+}
+
+type counters struct {
+	initiations, responses, established, collisions                atomic.Uint64
+	handshakeMalformed, handshakeRejected, initiationReplays       atomic.Uint64
+	unknownPeer, noSession, authFailures, hopAuthFailures, replays atomic.Uint64
+	malformed, expired, gaveUp                                     atomic.Uint64
+}
+
+// Stats returns a snapshot of the counters.
+func (n *Node) Stats() Stats {
+	c := &n.stats
+	return Stats{
+		Initiations: c.initiations.Load(), Responses: c.responses.Load(),
+		Established: c.established.Load(), Collisions: c.collisions.Load(),
+		HandshakeMalformed: c.handshakeMalformed.Load(), HandshakeRejected: c.handshakeRejected.Load(),
+		InitiationReplays: c.initiationReplays.Load(), UnknownPeer: c.unknownPeer.Load(),
+		NoSession: c.noSession.Load(), AuthFailures: c.authFailures.Load(),
+		HopAuthFailures: c.hopAuthFailures.Load(), Replays: c.replays.Load(),
+		Malformed: c.malformed.Load(), Expired: c.expired.Load(), GaveUp: c.gaveUp.Load(),
+	}
+}
