@@ -107,7 +107,7 @@ func (o experimentOptions) config(bin string, log io.Writer) lanman.Config {
 		Bin: bin, Scenario: o.scenario, Log: log,
 		Overlays: []string{"vxlan", "tinc", "detour"}, Ops: 40, Warmup: 5,
 		Settle: 4 * time.Second, ContinuousIdle: 15 * time.Second, ContinuousLoad: 40 * time.Second,
-		WorkDir:       "/run/detour/experiment",
+		WorkDir:       fmt.Sprintf("/run/detour/experiment-%d", os.Getpid()),
 		TestbedState:  envDefault("DETOUR_TESTBED_STATE", "/run/detour/experiment-testbed"),
 		TestbedPrefix: envDefault("DETOUR_TESTBED_PREFIX", "dx-"),
 	}

@@ -337,7 +337,8 @@ func (x *run) measure(ctx context.Context, phase string) error {
 	sctx, stop := context.WithCancel(ctx)
 	smp := NewSampler(x.tb, x.agents, Servers)
 	done := make(chan struct{})
-	go func() { smp.Run(sctx, 500*time.Millisecond); close(done) }()
+	go func() { smp.Run(sctx, 250*time.Millisecond); close(done) }()
+	first := len(x.res.Records)
 	err := x.measureServers(ctx, phase)
 	stop()
 	<-done
@@ -352,7 +353,7 @@ func (x *run) measure(ctx context.Context, phase string) error {
 	if n, serr := smp.Errors(); n > 0 {
 		x.logf("phase %s: %d delay samples failed (last: %v)", phase, n, serr)
 	}
-	x.predict(phase, smp)
+	x.predict(phase, smp, x.res.Records[first:])
 	return nil
 }
 
@@ -381,25 +382,62 @@ func (x *run) record(phase string, s zoo.Sample) results.Record {
 		Seq: s.Seq, Start: s.Start, Latency: s.Latency, Err: s.Err}
 }
 
-// predict stores the model's medians for the phase from the sampled delays.
-func (x *run) predict(phase string, smp *Sampler) {
-	d := smp.Medians()
-	x.res.Delays[[2]string{x.ov, phase}] = d
-	x.res.TruthDelays[[2]string{x.ov, phase}] = smp.TruthMedians()
+// predict stores the model's median for every operation and server of
+// the phase, from the delays sampled while that operation was being
+// measured (widened to at least a second when the operations were
+// faster), and the phase's median delays for the report.
+func (x *run) predict(phase string, smp *Sampler, recs []results.Record) {
+	x.res.Delays[[2]string{x.ov, phase}] = smp.Medians(time.Time{}, time.Time{})
+	x.res.TruthDelays[[2]string{x.ov, phase}] = smp.TruthMedians(time.Time{}, time.Time{})
 	q := model.Quorum{Leader: Leader}
 	for _, s := range Servers {
 		if s != Leader {
 			q.Followers = append(q.Followers, s)
 		}
 	}
-	for _, s := range Servers {
-		if v, err := model.Read(d.Delays(), Client, s); err == nil {
-			x.res.Predicted[results.Key{Overlay: x.ov, Phase: phase, Op: string(zoo.Read), Server: s}] = v
+	for k, w := range windows(recs) {
+		d := smp.Medians(w[0], w[1]).Delays()
+		var v float64
+		var err error
+		if k.Op == string(zoo.Read) {
+			v, err = model.Read(d, Client, k.Server)
+		} else {
+			v, err = model.Write(d, q, Client, k.Server)
 		}
-		if v, err := model.Write(d.Delays(), q, Client, s); err == nil {
-			x.res.Predicted[results.Key{Overlay: x.ov, Phase: phase, Op: string(zoo.Write), Server: s}] = v
+		if err == nil {
+			x.res.Predicted[results.Key{Overlay: x.ov, Phase: phase, Op: k.Op, Server: k.Server}] = v
 		}
 	}
+}
+
+// opKey is an operation kind through one server.
+type opKey struct{ Op, Server string }
+
+// windows returns, per operation kind and server, the time span of its
+// records, at least one second long.
+func windows(recs []results.Record) map[opKey][2]time.Time {
+	w := map[opKey][2]time.Time{}
+	for _, r := range recs {
+		k := opKey{r.Op, r.Server}
+		end := r.Start.Add(r.Latency)
+		cur, ok := w[k]
+		if !ok {
+			cur = [2]time.Time{r.Start, end}
+		}
+		if r.Start.Before(cur[0]) {
+			cur[0] = r.Start
+		}
+		if end.After(cur[1]) {
+			cur[1] = end
+		}
+		w[k] = cur
+	}
+	for k, cur := range w {
+		if short := time.Second - cur[1].Sub(cur[0]); short > 0 {
+			w[k] = [2]time.Time{cur[0].Add(-short / 2), cur[1].Add(short / 2)}
+		}
+	}
+	return w
 }
 
 // brief is a one-line progress summary of a server's samples.

@@ -13,18 +13,24 @@ import (
 // Sampler records, while a phase runs, the one-way delays of the paths
 // between the sites: from the emulator's ground truth (for the baseline
 // overlays, which always take the direct link) or from detour's own
-// measurements and routes (for detour). Medians over the phase feed the
-// latency model.
+// measurements and routes (for detour). Medians over the time a server was
+// measured feed the latency model: under TCP cross traffic the queues move
+// by tens of milliseconds within seconds.
 type Sampler struct {
 	tb     *Testbed
 	agents map[string]*Agent // by site; nil for the baseline overlays
 	sites  []string
 
 	mu      sync.Mutex
-	truth   map[[2]string][]float64
-	detour  map[[2]string][]float64
+	samples []delaySample
 	errs    int
 	lastErr error
+}
+
+// delaySample is one sampling instant.
+type delaySample struct {
+	at            time.Time
+	truth, detour model.Matrix
 }
 
 // NewSampler samples the paths between sites; agents is nil unless the
@@ -35,9 +41,6 @@ func NewSampler(tb *Testbed, agents map[string]*Agent, sites []string) *Sampler 
 
 // Run samples every interval until ctx ends.
 func (s *Sampler) Run(ctx context.Context, interval time.Duration) {
-	s.mu.Lock()
-	s.truth, s.detour = map[[2]string][]float64{}, map[[2]string][]float64{}
-	s.mu.Unlock()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -51,18 +54,22 @@ func (s *Sampler) Run(ctx context.Context, interval time.Duration) {
 }
 
 func (s *Sampler) sampleOnce(ctx context.Context) {
+	ds := delaySample{at: time.Now()}
 	if links, err := s.tb.Truth(ctx); err == nil {
-		s.addTruth(links)
+		ds.truth = truthMatrix(links)
 	} else if ctx.Err() == nil {
 		s.fail(err)
 	}
 	if s.agents != nil {
 		if m, err := s.detourPaths(); err == nil {
-			s.add(s.detour, m)
+			ds.detour = m
 		} else {
 			s.fail(err)
 		}
 	}
+	s.mu.Lock()
+	s.samples = append(s.samples, ds)
+	s.mu.Unlock()
 }
 
 func (s *Sampler) fail(err error) {
@@ -72,7 +79,7 @@ func (s *Sampler) fail(err error) {
 	s.mu.Unlock()
 }
 
-func (s *Sampler) addTruth(links []LinkTruth) {
+func truthMatrix(links []LinkTruth) model.Matrix {
 	m := model.Matrix{}
 	for _, l := range links {
 		v := l.ExpectedMS
@@ -81,17 +88,8 @@ func (s *Sampler) addTruth(links []LinkTruth) {
 		}
 		m[[2]string{l.From, l.To}] = v
 	}
-	s.add(s.truth, m)
+	return m
 }
-
-func (s *Sampler) add(into map[[2]string][]float64, m model.Matrix) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k, v := range m {
-		into[k] = append(into[k], v)
-	}
-}
-
 // detourPaths computes the delay of the path each site's agent uses to
 // each other site, from the link matrix the first agent holds (every site
 // holds the same) and each agent's own routes. The delays are
@@ -139,24 +137,36 @@ func fullPath(src, dst string, p []string) []string {
 	return out
 }
 
-// Medians returns the median delay of every pair over the phase: from
-// detour's measurements when the overlay is detour, else from the truth.
-func (s *Sampler) Medians() model.Matrix {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	src := s.truth
-	if s.agents != nil {
-		src = s.detour
-	}
-	return medians(src)
+// Medians returns the median delay of every pair over the samples taken
+// between from and to (all samples when both are zero): from detour's
+// measurements when the overlay is detour, else from the truth.
+func (s *Sampler) Medians(from, to time.Time) model.Matrix {
+	return s.medians(from, to, s.agents != nil)
 }
 
 // TruthMedians returns the median ground-truth delay of every directed
-// link over the phase.
-func (s *Sampler) TruthMedians() model.Matrix {
+// link over the samples taken between from and to.
+func (s *Sampler) TruthMedians(from, to time.Time) model.Matrix {
+	return s.medians(from, to, false)
+}
+
+func (s *Sampler) medians(from, to time.Time, detour bool) model.Matrix {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return medians(s.truth)
+	vals := map[[2]string][]float64{}
+	for _, ds := range s.samples {
+		if !from.IsZero() && (ds.at.Before(from) || ds.at.After(to)) {
+			continue
+		}
+		m := ds.truth
+		if detour {
+			m = ds.detour
+		}
+		for k, v := range m {
+			vals[k] = append(vals[k], v)
+		}
+	}
+	return medians(vals)
 }
 
 // Errors returns how many samples failed and the last error.

@@ -190,3 +190,35 @@ func WriteSummaryCSV(w io.Writer, rows []Row) error {
 }
 
 func f3(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
+
+// ReadSummaryCSV parses what WriteSummaryCSV wrote.
+func ReadSummaryCSV(r io.Reader) ([]Row, error) {
+	lines, err := csv.NewReader(r).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	if len(lines) == 0 || lines[0][0] != "overlay" {
+		return nil, fmt.Errorf("results: not a summary file")
+	}
+	var rows []Row
+	for i, l := range lines[1:] {
+		if len(l) != 9 {
+			return nil, fmt.Errorf("results: summary line %d: %d fields, want 9", i+2, len(l))
+		}
+		var row Row
+		row.Key = Key{Overlay: l[0], Phase: l[1], Op: l[2], Server: l[3]}
+		var errs [5]error
+		row.N, errs[0] = strconv.Atoi(l[4])
+		row.Errors, errs[1] = strconv.Atoi(l[5])
+		row.MedianMs, errs[2] = strconv.ParseFloat(l[6], 64)
+		row.P95Ms, errs[3] = strconv.ParseFloat(l[7], 64)
+		row.PredictedMs, errs[4] = strconv.ParseFloat(l[8], 64)
+		for _, e := range errs {
+			if e != nil {
+				return nil, fmt.Errorf("results: summary line %d: %w", i+2, e)
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}

@@ -56,6 +56,14 @@ func TestCSVRoundTripAndSummary(t *testing.T) {
 	if err := PrintTable(&out, []Row{r}); err != nil {
 		t.Fatal(err)
 	}
+	var sum bytes.Buffer
+	if err := WriteSummaryCSV(&sum, []Row{r}); err != nil {
+		t.Fatal(err)
+	}
+	srows, err := ReadSummaryCSV(&sum)
+	if err != nil || len(srows) != 1 || srows[0] != r {
+		t.Errorf("summary round trip: %+v, %v; want %+v", srows, err, r)
+	}
 	if !strings.Contains(out.String(), "+3.3%") || !strings.Contains(out.String(), "5 (1 failed)") {
 		t.Errorf("table lacks the error column or failure count:\n%s", out.String())
 	}
