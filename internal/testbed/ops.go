@@ -17,7 +17,7 @@ type Status struct {
 	// Alive tells, per recorded process, whether it still runs.
 	Alive map[string]bool `json:"alive"`
 	// EmulatorUptimeS is zero when the emulator does not answer.
-	EmulatorUptimeS float64 `json:"emulator_uptime_s"`
+	EmulatorUptimeS float64  `json:"emulator_uptime_s"`
 	Traffic         []string `json:"traffic"`
 }
 

@@ -243,7 +243,9 @@ func createSites(st *State) error {
 // startEmulator starts `detour testbed wanem --state DIR` in its own
 // session and waits until its control socket answers.
 func startEmulator(ctx context.Context, st *State, o Options) error {
-	p, err := startDetached(o.StateDir, "wanem", o.Self, "testbed", "wanem", "--state", o.StateDir)
+	// nice -10: the emulator's readers timestamp packets as they come,
+	// so they should not wait behind other programs for a CPU.
+	p, err := startDetached(o.StateDir, "wanem", "nice", "-n", "-10", o.Self, "testbed", "wanem", "--state", o.StateDir)
 	if err != nil {
 		return err
 	}

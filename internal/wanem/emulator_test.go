@@ -81,7 +81,7 @@ func TestShellDeliversInOrderAfterTheDelay(t *testing.T) {
 
 func TestShellDropsUnroutablePackets(t *testing.T) {
 	e, near := pair(t, "sites: [{name: A}, {name: B}]\nlinks:\n  default: {delay: 0ms}\n")
-	unix.Write(near[0], ipPacket(9, 0, 40))     // no such site
+	unix.Write(near[0], ipPacket(9, 0, 40))    // no such site
 	unix.Write(near[0], []byte{0x60, 0, 0, 0}) // not IPv4
 	unix.Write(near[0], ipPacket(2, 1, 40))
 	buf := make([]byte, 100)

@@ -140,6 +140,11 @@ func (s *scheduler) popDue(now int64, batch []*packet) ([]*packet, int64) {
 func (s *scheduler) run(clock func() int64, stop <-chan struct{}) {
 	runtime.LockOSThread()
 	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	// Real-time priority (best effort: it needs root) keeps deliveries
+	// on time while other programs load the CPUs. The thread sleeps
+	// between deadlines and only writes packets, so it cannot starve
+	// the machine.
+	unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 1}, 0)
 	batch := make([]*packet, 0, batchSize)
 	buf := make([]byte, 8)
 	fds := []unix.PollFd{{Fd: int32(s.efd), Events: unix.POLLIN}}
