@@ -22,6 +22,7 @@ func init() {
 }
 
 const experimentUsage = `usage: detour experiment lanman2017 [--overlays vxlan,tinc,detour] [--short] [--out DIR] [--ops N]
+                                   [--store zookeeper|etcd] [--continuous OVERLAYS] [--plot SCRIPT|none]
 
 Geo-replicated ZooKeeper (CLU leader, BOR, LAN) on the lanman2017 testbed,
 client at LAN, in three phases: (a) idle WAN, (b) TCP cross traffic filling
@@ -34,9 +35,9 @@ and prints the summary table. Needs root.
 
 // experimentOptions are the command line of `detour experiment lanman2017`.
 type experimentOptions struct {
-	overlays, continuous, out, scenario, plot string
-	short                                     bool
-	ops                                       int
+	overlays, continuous, out, scenario, plot, store string
+	short                                            bool
+	ops                                              int
 }
 
 func runExperiment(args []string, stdout, stderr io.Writer) int {
@@ -72,6 +73,7 @@ func parseExperiment(args []string, stderr io.Writer) (experimentOptions, error)
 	fs.StringVar(&o.out, "out", "", "results directory (default results/lanman2017-TIME)")
 	fs.IntVar(&o.ops, "ops", 0, "timed operations of each kind per server and phase (default 40; 10 with --short)")
 	fs.StringVar(&o.continuous, "continuous", "", "overlays with a continuous run (default: all; with --short detour only)")
+	fs.StringVar(&o.store, "store", lanman.ZooKeeper, "replicated store: zookeeper or etcd (3.4, --heartbeat-interval=150 --election-timeout=1500)")
 	fs.StringVar(&o.scenario, "scenario", "lanman2017", "testbed scenario with sites BOR, CLU, LAN, NEU and flow clu-lan")
 	fs.StringVar(&o.plot, "plot", "", "plotting script (default scripts/plot_experiment.py next to the binary or in the working directory; 'none' to skip)")
 	if err := fs.Parse(args); err != nil {
@@ -82,6 +84,9 @@ func parseExperiment(args []string, stderr io.Writer) (experimentOptions, error)
 	}
 	if o.ops < 0 {
 		return o, fmt.Errorf("%w: --ops must be positive", ErrUsage)
+	}
+	if o.store != lanman.ZooKeeper && o.store != lanman.Etcd {
+		return o, fmt.Errorf("%w: unknown store %q (want zookeeper or etcd)", ErrUsage, o.store)
 	}
 	for _, ov := range splitList(o.overlays) {
 		if ov != "vxlan" && ov != "tinc" && ov != "detour" {
@@ -104,7 +109,7 @@ func splitList(s string) []string {
 // config turns the options into the experiment's configuration.
 func (o experimentOptions) config(bin string, log io.Writer) lanman.Config {
 	c := lanman.Config{
-		Bin: bin, Scenario: o.scenario, Log: log,
+		Bin: bin, Scenario: o.scenario, Log: log, Store: o.store,
 		Overlays: []string{"vxlan", "tinc", "detour"}, Ops: 40, Warmup: 5,
 		Settle: 4 * time.Second, ContinuousIdle: 15 * time.Second, ContinuousLoad: 40 * time.Second,
 		WorkDir:       fmt.Sprintf("/run/detour/experiment-%d", os.Getpid()),
@@ -156,7 +161,7 @@ func experiment(o experimentOptions, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w (partial results in %s)", runErr, out)
 	}
 	plot(o.plot, bin, out, stderr)
-	fmt.Fprintf(stdout, "lanman2017: geo-replicated ZooKeeper, client at %s, leader %s; %d operations of each kind per server and phase\n", lanman.Client, lanman.Leader, cfg.Ops)
+	fmt.Fprintf(stdout, "lanman2017: geo-replicated %s, client at %s, leader %s; %d operations of each kind per server and phase\n", cfg.Store, lanman.Client, lanman.Leader, cfg.Ops)
 	if err := res.WriteReport(stdout); err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/experiment/nsnet"
 	"github.com/detour-overlay/detour/internal/experiment/results"
 	"github.com/detour-overlay/detour/internal/experiment/zoo"
 )
@@ -48,14 +47,13 @@ func (x *run) continuous(ctx context.Context) error {
 	if err := x.waitQuiet(ctx); err != nil {
 		return err
 	}
-	dial := nsnet.Dialer(x.site(Client).HostNS())
-	c, err := zoo.Connect(ctx, Leader, x.site(Leader).HostAddr(), zoo.Dialer(dial), "/detour/continuous", 1024)
+	c, err := x.store.connect(ctx, Leader, "continuous")
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	// Warm-up, not recorded.
-	c.Alternate(ctx, 2*time.Second, func(zoo.Sample) {})
+	alternate(ctx, c, 2*time.Second, func(zoo.Sample) {})
 
 	cr := &Continuous{Overlay: x.ov, lastPath: map[[2]string]string{}}
 	pctx, stopPolls := context.WithCancel(ctx)
@@ -69,7 +67,7 @@ func (x *run) continuous(ctx context.Context) error {
 	clientDone := make(chan struct{})
 	go func() {
 		defer close(clientDone)
-		c.Alternate(ctx, total, func(s zoo.Sample) { cr.Samples = append(cr.Samples, s) })
+		alternate(ctx, c, total, func(s zoo.Sample) { cr.Samples = append(cr.Samples, s) })
 	}()
 	x.logf("continuous run: %v idle, then %v with cross traffic", x.cfg.ContinuousIdle, x.cfg.ContinuousLoad)
 	err = sleep(ctx, x.cfg.ContinuousIdle)

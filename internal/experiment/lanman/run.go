@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/experiment/model"
-	"github.com/detour-overlay/detour/internal/experiment/nsnet"
 	"github.com/detour-overlay/detour/internal/experiment/results"
 	"github.com/detour-overlay/detour/internal/experiment/zoo"
 )
@@ -59,6 +57,8 @@ type Config struct {
 	// TestbedState and TestbedPrefix give the experiment's testbed its own
 	// state directory and namespace prefix.
 	TestbedState, TestbedPrefix string
+	// Store is the replicated store: ZooKeeper (default) or Etcd.
+	Store string
 	// WorkDir holds the ZooKeeper servers' data (a tmpfs is best: the
 	// servers fsync their log on every write).
 	WorkDir string
@@ -92,6 +92,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Continuous:  map[string]*Continuous{},
 		Reroute:     map[string]time.Duration{},
 	}
+	if cfg.Store == "" {
+		cfg.Store = ZooKeeper
+	}
 	for _, ov := range cfg.Overlays {
 		x := &run{cfg: cfg, ov: ov, res: res}
 		if err := x.all(ctx); err != nil {
@@ -108,7 +111,7 @@ type run struct {
 	res    *Result
 	tb     *Testbed
 	st     Status
-	ens    *zoo.Ensemble
+	store  store
 	agents map[string]*Agent
 	// loaded is true while the cross traffic runs.
 	loaded bool
@@ -136,10 +139,10 @@ func (x *run) all(ctx context.Context) (err error) {
 	}()
 	x.logf("testbed up in %.1f s", time.Since(start).Seconds())
 	x.st = x.tb.Status()
-	if err := x.startZooKeeper(ctx); err != nil {
+	if err := x.startStore(ctx); err != nil {
 		return err
 	}
-	defer x.stopZooKeeper()
+	defer x.stopStore()
 	defer x.stopLoad()
 	if x.ov == "detour" {
 		if err := x.connectAgents(ctx); err != nil {
@@ -160,45 +163,28 @@ func (x *run) site(name string) SiteStatus {
 	return s
 }
 
-// startZooKeeper deploys one server per site in the site's first host and
-// waits until CLU leads and the others follow.
-func (x *run) startZooKeeper(ctx context.Context) error {
-	var servers []zoo.Server
-	for _, name := range Servers {
-		s, err := x.st.Site(name)
-		if err != nil {
-			return err
-		}
-		servers = append(servers, zoo.Server{Name: name, ID: myid[name], Addr: s.HostAddr()})
-	}
-	dir := filepath.Join(x.cfg.WorkDir, "zk-"+x.ov)
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	x.ens = &zoo.Ensemble{
-		Servers: servers,
-		Dir:     dir,
-		Run:     func(server string, argv []string) *exec.Cmd { return nsnet.Command(x.site(server).HostNS(), argv...) },
-		Dial:    nsnet.Dialer(x.site(Client).HostNS()),
-	}
-	start := time.Now()
-	if err := x.ens.Start(); err != nil {
-		return err
-	}
-	qctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	modes, err := x.ens.WaitQuorum(qctx)
+// startStore deploys one server per site in the site's first host and
+// waits until CLU leads.
+func (x *run) startStore(ctx context.Context) error {
+	st, err := x.newStore(x.cfg.Store)
 	if err != nil {
 		return err
 	}
-	x.logf("ZooKeeper quorum in %.1f s: %v", time.Since(start).Seconds(), modes)
+	if err := os.RemoveAll(filepath.Join(x.cfg.WorkDir, x.cfg.Store+"-"+x.ov)); err != nil {
+		return err
+	}
+	if err := st.start(ctx); err != nil {
+		st.stop()
+		return err
+	}
+	x.store = st
 	return nil
 }
 
-func (x *run) stopZooKeeper() {
-	if x.ens != nil {
-		x.ens.Stop()
-		x.ens = nil
+func (x *run) stopStore() {
+	if x.store != nil {
+		x.store.stop()
+		x.store = nil
 	}
 }
 
@@ -358,13 +344,12 @@ func (x *run) measure(ctx context.Context, phase string) error {
 }
 
 func (x *run) measureServers(ctx context.Context, phase string) error {
-	dial := nsnet.Dialer(x.site(Client).HostNS())
 	for _, name := range Servers {
-		c, err := zoo.Connect(ctx, name, x.site(name).HostAddr(), zoo.Dialer(dial), "/detour/bench-"+name, 1024)
+		c, err := x.store.connect(ctx, name, "bench-"+name)
 		if err != nil {
 			return err
 		}
-		samples := c.Run(ctx, []zoo.Op{zoo.Read, zoo.Write}, x.cfg.Ops, x.cfg.Warmup)
+		samples := runOps(ctx, c, []zoo.Op{zoo.Read, zoo.Write}, x.cfg.Ops, x.cfg.Warmup)
 		c.Close()
 		if err := ctx.Err(); err != nil {
 			return err

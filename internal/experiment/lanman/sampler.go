@@ -90,6 +90,7 @@ func truthMatrix(links []LinkTruth) model.Matrix {
 	}
 	return m
 }
+
 // detourPaths computes the delay of the path each site's agent uses to
 // each other site, from the link matrix the first agent holds (every site
 // holds the same) and each agent's own routes. The delays are

@@ -1,0 +1,150 @@
+package lanman
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/experiment/etcd"
+	"github.com/detour-overlay/detour/internal/experiment/nsnet"
+	"github.com/detour-overlay/detour/internal/experiment/zoo"
+)
+
+// The replicated stores the experiment can run.
+const (
+	ZooKeeper = "zookeeper"
+	Etcd      = "etcd"
+)
+
+// store is a replicated store deployed on the testbed: one server per
+// site in the site's first host, the leader at Leader.
+type store interface {
+	// start deploys the servers and waits until Leader leads.
+	start(ctx context.Context) error
+	stop()
+	// connect opens an untimed session with one server; key names the
+	// client's 1 KB item.
+	connect(ctx context.Context, server, key string) (doer, error)
+}
+
+// doer runs one timed operation.
+type doer interface {
+	Do(op zoo.Op) zoo.Sample
+	Close()
+}
+
+// newStore returns the store named by kind with servers at Servers.
+func (x *run) newStore(kind string) (store, error) {
+	var servers []zoo.Server
+	for _, name := range Servers {
+		s, err := x.st.Site(name)
+		if err != nil {
+			return nil, err
+		}
+		servers = append(servers, zoo.Server{Name: name, ID: myid[name], Addr: s.HostAddr()})
+	}
+	runIn := func(server string, argv []string) *exec.Cmd {
+		return nsnet.Command(x.site(server).HostNS(), argv...)
+	}
+	dial := zoo.Dialer(nsnet.Dialer(x.site(Client).HostNS()))
+	dir := x.cfg.WorkDir + "/" + kind + "-" + x.ov
+	switch kind {
+	case ZooKeeper, "":
+		return &zooStore{x: x, dial: dial, ens: &zoo.Ensemble{Servers: servers, Dir: dir, Run: runIn, Dial: dial}}, nil
+	case Etcd:
+		return &etcdStore{x: x, dial: dial, c: &etcd.Cluster{Servers: servers, Dir: dir, Run: runIn, Dial: dial}}, nil
+	}
+	return nil, fmt.Errorf("unknown store %q (want %s or %s)", kind, ZooKeeper, Etcd)
+}
+
+// zooStore is ZooKeeper 3.8: CLU leads because it has the highest myid.
+type zooStore struct {
+	x    *run
+	dial zoo.Dialer
+	ens  *zoo.Ensemble
+}
+
+func (z *zooStore) start(ctx context.Context) error {
+	start := time.Now()
+	if err := z.ens.Start(); err != nil {
+		return err
+	}
+	qctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	modes, err := z.ens.WaitQuorum(qctx)
+	if err != nil {
+		return err
+	}
+	z.x.logf("ZooKeeper quorum in %.1f s: %v", time.Since(start).Seconds(), modes)
+	return nil
+}
+
+func (z *zooStore) stop() { z.ens.Stop() }
+
+func (z *zooStore) connect(ctx context.Context, server, key string) (doer, error) {
+	return zoo.Connect(ctx, server, z.x.site(server).HostAddr(), z.dial, "/detour/"+key, 1024)
+}
+
+// etcdStore is etcd 3.4 with WAN timing; the leadership is moved to CLU.
+type etcdStore struct {
+	x    *run
+	dial zoo.Dialer
+	c    *etcd.Cluster
+}
+
+func (e *etcdStore) start(ctx context.Context) error {
+	start := time.Now()
+	if err := e.c.Start(); err != nil {
+		return err
+	}
+	lctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	if err := e.c.PlaceLeader(lctx, Leader); err != nil {
+		return err
+	}
+	e.x.logf("etcd leader at %s after %.1f s", Leader, time.Since(start).Seconds())
+	return nil
+}
+
+func (e *etcdStore) stop() { e.c.Stop() }
+
+func (e *etcdStore) connect(ctx context.Context, server, key string) (doer, error) {
+	for _, s := range e.c.Servers {
+		if s.Name == server {
+			return etcd.Connect(ctx, s, e.dial, "detour/"+key, 1024)
+		}
+	}
+	return nil, fmt.Errorf("etcd: no server %s", server)
+}
+
+// runOps performs warmup untimed operations of each kind and then n timed
+// ones, one kind after the other.
+func runOps(ctx context.Context, d doer, ops []zoo.Op, n, warmup int) []zoo.Sample {
+	var out []zoo.Sample
+	for _, op := range ops {
+		for i := 0; i < warmup && ctx.Err() == nil; i++ {
+			d.Do(op)
+		}
+		for i := 0; i < n && ctx.Err() == nil; i++ {
+			s := d.Do(op)
+			s.Seq = i
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// alternate performs read, write, read, … for dur or until ctx ends.
+func alternate(ctx context.Context, d doer, dur time.Duration, each func(zoo.Sample)) {
+	end := time.Now().Add(dur)
+	for i := 0; ctx.Err() == nil && time.Now().Before(end); i++ {
+		op := zoo.Read
+		if i%2 == 1 {
+			op = zoo.Write
+		}
+		s := d.Do(op)
+		s.Seq = i
+		each(s)
+	}
+}
