@@ -249,7 +249,11 @@ func (n *Node) tickPeer(now time.Time, p *peer) []byte {
 func (n *Node) needHandshake(now time.Time, p *peer) bool {
 	cur := p.current.Load()
 	if cur == nil {
-		return p.next.Load() == nil && p.wanted.Load()
+		// A keypair this site answered for but the initiator never
+		// confirmed (its keepalive lost) does not hold a wanted peer back
+		// for long.
+		nx := p.next.Load()
+		return p.wanted.Load() && (nx == nil || now.Sub(nx.created) >= UnconfirmedTimeout)
 	}
 	limit := RekeyAfterTime
 	if !cur.initiator {

@@ -343,3 +343,27 @@ func TestNewNodeRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// The responder whose confirmation was lost initiates itself, if it wants
+// the peer, after UnconfirmedTimeout.
+func TestLostConfirmation(t *testing.T) {
+	n := mesh(t, 2)
+	a, b := n[0], n[1]
+	init, _ := a.Connect(t0, 2)
+	res, _ := b.HandleHandshake(t0, init)
+	a.HandleHandshake(t0, res.Reply) // the keepalive is lost
+	if _, err := b.SealControl(nil, 1, []byte("x")); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("responder sent before confirmation: %v", err)
+	}
+	if out := b.Tick(t0.Add(UnconfirmedTimeout - time.Millisecond)); len(out) != 0 {
+		t.Fatal("responder initiated before the timeout")
+	}
+	out := b.Tick(t0.Add(UnconfirmedTimeout))
+	if len(out) != 1 || out[0].To != 1 {
+		t.Fatalf("no initiation after the timeout: %+v", out)
+	}
+	complete(t, t0.Add(UnconfirmedTimeout), b, a, out[0].Packet)
+	if !a.Ready(2) || !b.Ready(1) {
+		t.Fatal("not both ready")
+	}
+}

@@ -36,6 +36,9 @@ const (
 	// RekeyAttemptTime is how long a handshake is retried before giving up
 	// (until the peer is wanted again).
 	RekeyAttemptTime = 90 * time.Second
+	// UnconfirmedTimeout is how long a wanted peer waits for the
+	// confirmation of a session it answered before initiating its own.
+	UnconfirmedTimeout = 5 * time.Second
 	// MinInitiationInterval rate-limits accepted initiations per peer.
 	MinInitiationInterval = 20 * time.Millisecond
 )
