@@ -1,0 +1,321 @@
+// Package agent is the I/O shell of a site's daemon: it opens the TAP
+// devices and the underlay socket, runs the data path, drives the pure
+// control plane (membership, measurement, link state, routing) with the
+// clock and the control datagrams, publishes every new routing table to the
+// data path, and serves the local API.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/api"
+	"github.com/detour-overlay/detour/internal/config"
+	"github.com/detour-overlay/detour/internal/control"
+	"github.com/detour-overlay/detour/internal/datapath"
+	"github.com/detour-overlay/detour/internal/device"
+	"github.com/detour-overlay/detour/internal/fdb"
+	"github.com/detour-overlay/detour/internal/routing"
+	"github.com/detour-overlay/detour/internal/transport"
+	"github.com/detour-overlay/detour/internal/wire"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Agent is one site's running daemon.
+type Agent struct {
+	cfg     *config.Agent
+	log     *slog.Logger
+	clock   *Clock
+	conn    transport.Conn
+	ports   []*datapath.Port
+	netCfg  map[uint32]config.Network
+	engine  *datapath.Engine
+	version string
+
+	// mu guards the control node, which is a pure state machine and not
+	// safe for concurrent use; the control loop and API handlers take it.
+	mu          sync.Mutex
+	flushMu     sync.Mutex // serialises flushes (control loop, API overrides)
+	node        *control.Node
+	table       *routing.Table
+	changes     map[wire.SiteID]uint64 // path changes per destination
+	ctlIn       chan ctlPacket
+	started     time.Time
+	registry    *prometheus.Registry
+	ctlDropped  prometheus.Counter
+	ctlRejected prometheus.Counter
+}
+
+type ctlPacket struct {
+	from netip.AddrPort
+	data []byte
+}
+
+// Options are the agent's run-time dependencies; tests replace them with
+// fakes.
+type Options struct {
+	// Conn is the underlay socket; nil opens a UDP socket on cfg.Listen.
+	Conn transport.Conn
+	// Devices maps network IDs to devices; a nil map opens TAP devices.
+	Devices map[uint32]device.Device
+	// Clock is the agent's clock; nil uses the monotonic system clock
+	// shifted by cfg.TestClockOffset.
+	Clock   *Clock
+	Logger  *slog.Logger
+	Version string
+}
+
+// New opens the agent's devices and socket and builds its state. Nothing
+// runs until Run.
+func New(cfg *config.Agent, opt Options) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: opt.Logger, clock: opt.Clock, conn: opt.Conn, version: opt.Version,
+		ctlIn: make(chan ctlPacket, 1024), changes: map[wire.SiteID]uint64{}, netCfg: map[uint32]config.Network{}}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	if a.clock == nil {
+		a.clock = NewClock(cfg.TestClockOffset)
+	}
+	if err := a.openUnderlay(); err != nil {
+		return nil, err
+	}
+	if err := a.openDevices(opt.Devices); err != nil {
+		a.closeAll()
+		return nil, err
+	}
+	node, err := control.New(a.controlConfig(), a.clock.Now())
+	if err != nil {
+		a.closeAll()
+		return nil, err
+	}
+	a.node = node
+	a.engine = datapath.New(datapath.Config{
+		Self: wire.SiteIDFromName(cfg.Site), Conn: a.conn, Ports: a.ports,
+		Control: a.onControl, Now: a.clock.Mono,
+	})
+	a.registry = a.newRegistry()
+	return a, nil
+}
+
+func (a *Agent) openUnderlay() error {
+	if a.conn != nil {
+		return nil
+	}
+	addr, err := netip.ParseAddrPort(a.cfg.Listen)
+	if err != nil {
+		return err
+	}
+	c, err := transport.ListenUDP(addr)
+	if err != nil {
+		return err
+	}
+	a.conn = c
+	return nil
+}
+
+func (a *Agent) openDevices(given map[uint32]device.Device) error {
+	for _, n := range a.cfg.Networks {
+		a.netCfg[n.ID] = n
+		dev, ok := given[n.ID]
+		if given == nil {
+			tap, err := device.OpenTAP(n.TAP, n.MTU, n.Bridge)
+			if err != nil {
+				return fmt.Errorf("network %s: %w", n.Name, err)
+			}
+			dev, ok = tap, true
+		}
+		if !ok {
+			return fmt.Errorf("network %s: no device given", n.Name)
+		}
+		a.ports = append(a.ports, &datapath.Port{Network: n.ID, Dev: dev, FDB: fdb.New(fdb.DefaultTTL)})
+	}
+	return nil
+}
+
+func (a *Agent) controlConfig() control.Config {
+	adv, _ := netip.ParseAddrPort(a.cfg.Listen)
+	if a.cfg.Advertise != "" {
+		adv, _ = netip.ParseAddrPort(a.cfg.Advertise)
+	}
+	var boot []netip.AddrPort
+	for _, p := range a.cfg.Peers {
+		ap, _ := netip.ParseAddrPort(p.Address)
+		boot = append(boot, ap)
+	}
+	cfg := control.DefaultConfig(a.cfg.Site, adv, boot...)
+	cfg.ProbeInterval = a.cfg.ProbeInterval
+	cfg.Routing.MaxHops = a.cfg.MaxHops
+	return cfg
+}
+
+func (a *Agent) closeAll() {
+	if a.conn != nil {
+		a.conn.Close()
+	}
+	for _, p := range a.ports {
+		p.Dev.Close()
+	}
+}
+
+// onControl is called by the data path for every control datagram.
+func (a *Agent) onControl(from netip.AddrPort, pkt []byte) {
+	select {
+	case a.ctlIn <- ctlPacket{from: from, data: append([]byte(nil), pkt...)}:
+	default:
+		// The control loop is behind; probes are periodic, so losing one
+		// only costs a sample.
+		a.ctlDropped.Inc()
+	}
+}
+
+// Run runs the agent until ctx is cancelled, then leaves the overlay
+// cleanly and releases everything.
+func (a *Agent) Run(ctx context.Context) error {
+	a.started = time.Now()
+	ln, err := net.Listen("tcp", a.cfg.API)
+	if err != nil {
+		a.closeAll()
+		return fmt.Errorf("api: %w", err)
+	}
+	srv := &http.Server{Handler: api.NewHandler(a, a.registry), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+
+	engineDone := make(chan error, 1)
+	go func() { engineDone <- a.engine.Run() }()
+	a.log.Info("agent started", "site", a.cfg.Site, "listen", a.conn.LocalAddr(), "api", a.cfg.API)
+
+	a.controlLoop(ctx)
+
+	a.leave()
+	srv.Close()
+	a.closeAll()
+	if err := <-engineDone; err != nil && !errors.Is(err, transport.ErrClosed) {
+		return err
+	}
+	a.log.Info("agent stopped", "site", a.cfg.Site)
+	return nil
+}
+
+// controlLoop steps the control node on every control datagram and timer
+// deadline until ctx is done.
+func (a *Agent) controlLoop(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	expire := time.NewTicker(10 * time.Second)
+	defer expire.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-a.ctlIn:
+			a.mu.Lock()
+			if err := a.node.Receive(a.clock.Now(), p.from, p.data); err != nil {
+				a.ctlRejected.Inc()
+			}
+			a.mu.Unlock()
+		case <-timer.C:
+			a.mu.Lock()
+			a.node.Tick(a.clock.Now())
+			a.mu.Unlock()
+		case <-expire.C:
+			for _, p := range a.ports {
+				p.FDB.Expire(a.clock.Mono())
+			}
+		}
+		a.flush()
+		a.resetTimer(timer)
+	}
+}
+
+// flush sends the control node's outbox and publishes a new routing table
+// to the data path when there is one.
+func (a *Agent) flush() {
+	a.flushMu.Lock()
+	defer a.flushMu.Unlock()
+	a.mu.Lock()
+	out := a.node.Outbox()
+	t := a.node.Table()
+	a.mu.Unlock()
+	if len(out) > 0 {
+		msgs := make([]transport.Message, len(out))
+		for i, o := range out {
+			msgs[i] = transport.Message{Buf: o.Payload, N: len(o.Payload), Addr: o.To}
+		}
+		if err := a.engine.Send(msgs); err != nil {
+			a.log.Debug("control send", "err", err)
+		}
+	}
+	if t != a.table {
+		a.publish(t)
+	}
+}
+
+// publish hands a new table to the data path and forgets the addresses
+// learned at sites that are no longer members.
+func (a *Agent) publish(t *routing.Table) {
+	old := a.table
+	a.table = t
+	a.engine.SetRoutes(t)
+	a.countChanges(old, t)
+	if old == nil {
+		return
+	}
+	for _, id := range old.Sites() {
+		if _, ok := t.Addr(id); !ok {
+			for _, p := range a.ports {
+				p.FDB.ForgetSite(id)
+			}
+		}
+	}
+}
+
+// countChanges counts, per destination, the tables whose path differs from
+// the previous table's.
+func (a *Agent) countChanges(old, t *routing.Table) {
+	for _, r := range t.Routes() {
+		if prev, ok := old.Lookup(r.Dest); ok && !slices.Equal(prev.Path, r.Path) {
+			a.mu.Lock()
+			a.changes[r.Dest]++
+			a.mu.Unlock()
+		}
+	}
+}
+
+func (a *Agent) resetTimer(timer *time.Timer) {
+	a.mu.Lock()
+	next := a.node.NextDeadline()
+	a.mu.Unlock()
+	d := next.Sub(a.clock.Now())
+	if d < 0 {
+		d = 0
+	}
+	if d > time.Second {
+		d = time.Second
+	}
+	if !timer.Stop() {
+		select {
+		case <-timer.C:
+		default:
+		}
+	}
+	timer.Reset(d)
+}
+
+// leave tells the other sites this one is going, so they drop it at once.
+func (a *Agent) leave() {
+	a.mu.Lock()
+	a.node.Leave(a.clock.Now())
+	a.mu.Unlock()
+	a.flush()
+}
