@@ -372,7 +372,7 @@ func (x *run) record(phase string, s zoo.Sample) results.Record {
 // measured (widened to at least a second when the operations were
 // faster), and the phase's median delays for the report.
 func (x *run) predict(phase string, smp *Sampler, recs []results.Record) {
-	x.res.Delays[[2]string{x.ov, phase}] = smp.Medians(time.Time{}, time.Time{})
+	_, x.res.Delays[[2]string{x.ov, phase}] = smp.Net(time.Time{}, time.Time{})
 	x.res.TruthDelays[[2]string{x.ov, phase}] = smp.TruthMedians(time.Time{}, time.Time{})
 	q := model.Quorum{Leader: Leader}
 	for _, s := range Servers {
@@ -381,7 +381,7 @@ func (x *run) predict(phase string, smp *Sampler, recs []results.Record) {
 		}
 	}
 	for k, w := range windows(recs) {
-		d := smp.Medians(w[0], w[1]).Delays()
+		d, _ := smp.Net(w[0], w[1])
 		var v float64
 		var err error
 		if k.Op == string(zoo.Read) {

@@ -27,11 +27,19 @@ type Sampler struct {
 	lastErr error
 }
 
-// delaySample is one sampling instant.
+// delaySample is one sampling instant: the delays of the direct links
+// (truth) and of detour's paths, and the time to transmit a message with
+// the value over each (txTruth, txDetour).
 type delaySample struct {
-	at            time.Time
-	truth, detour model.Matrix
+	at                time.Time
+	truth, detour     model.Matrix
+	txTruth, txDetour model.Matrix
 }
+
+// MessageBytes is the size on the wire of a message carrying the 1 KB
+// value: 1024 bytes, the store's own header (about 100), TCP/IP (52) and
+// the overlay's encapsulation (about 60).
+const MessageBytes = 1250
 
 // NewSampler samples the paths between sites; agents is nil unless the
 // overlay is detour.
@@ -56,13 +64,14 @@ func (s *Sampler) Run(ctx context.Context, interval time.Duration) {
 func (s *Sampler) sampleOnce(ctx context.Context) {
 	ds := delaySample{at: time.Now()}
 	if links, err := s.tb.Truth(ctx); err == nil {
-		ds.truth = truthMatrix(links)
+		ds.truth, ds.txTruth = truthMatrix(links)
 	} else if ctx.Err() == nil {
 		s.fail(err)
 	}
 	if s.agents != nil {
-		if m, err := s.detourPaths(); err == nil {
+		if m, paths, err := s.detourPaths(); err == nil {
 			ds.detour = m
+			ds.txDetour = model.PathDelays(ds.txTruth, paths)
 		} else {
 			s.fail(err)
 		}
@@ -79,23 +88,28 @@ func (s *Sampler) fail(err error) {
 	s.mu.Unlock()
 }
 
-func truthMatrix(links []LinkTruth) model.Matrix {
-	m := model.Matrix{}
+// truthMatrix returns the delay of every directed link (configured plus
+// current queueing) and the time to transmit a message over it at its
+// configured rate.
+func truthMatrix(links []LinkTruth) (delay, tx model.Matrix) {
+	delay, tx = model.Matrix{}, model.Matrix{}
 	for _, l := range links {
 		v := l.ExpectedMS
 		if v == 0 {
 			v = l.DelayMS + l.QueueMS
 		}
-		m[[2]string{l.From, l.To}] = v
+		k := [2]string{l.From, l.To}
+		delay[k] = v
+		tx[k] = model.TransmitMs(MessageBytes, l.RateBPS)
 	}
-	return m
+	return delay, tx
 }
 
 // detourPaths computes the delay of the path each site's agent uses to
 // each other site, from the link matrix the first agent holds (every site
 // holds the same) and each agent's own routes. The delays are
 // offset-shifted; round trips built from them are exact.
-func (s *Sampler) detourPaths() (model.Matrix, error) {
+func (s *Sampler) detourPaths() (model.Matrix, func(a, b string) []string, error) {
 	var links []api.Link
 	var err error
 	for _, site := range s.sites {
@@ -104,7 +118,7 @@ func (s *Sampler) detourPaths() (model.Matrix, error) {
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	lm := model.Matrix{}
 	for _, l := range links {
@@ -116,13 +130,14 @@ func (s *Sampler) detourPaths() (model.Matrix, error) {
 	for _, site := range s.sites {
 		routes, err := s.agents[site].Routes()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, r := range routes {
 			paths[[2]string{site, r.Dest}] = fullPath(site, r.Dest, r.Path)
 		}
 	}
-	return model.PathDelays(lm, func(a, b string) []string { return paths[[2]string{a, b}] }), nil
+	path := func(a, b string) []string { return paths[[2]string{a, b}] }
+	return model.PathDelays(lm, path), path, nil
 }
 
 // fullPath makes a route's path run from src to dst whether or not the
@@ -138,36 +153,43 @@ func fullPath(src, dst string, p []string) []string {
 	return out
 }
 
-// Medians returns the median delay of every pair over the samples taken
-// between from and to (all samples when both are zero): from detour's
-// measurements when the overlay is detour, else from the truth.
-func (s *Sampler) Medians(from, to time.Time) model.Matrix {
-	return s.medians(from, to, s.agents != nil)
+// Net returns what the model needs for the samples taken between from and
+// to (all samples when both are zero): the median delay of every path and
+// the latest transmission times, from detour's measurements and routes
+// when the overlay is detour, else from the truth.
+func (s *Sampler) Net(from, to time.Time) (model.Net, model.Matrix) {
+	d, tx := s.window(from, to, s.agents != nil)
+	return model.Net{Delay: d.Delays(), Tx: func(a, b string) float64 { return tx[[2]string{a, b}] }}, d
 }
 
 // TruthMedians returns the median ground-truth delay of every directed
 // link over the samples taken between from and to.
 func (s *Sampler) TruthMedians(from, to time.Time) model.Matrix {
-	return s.medians(from, to, false)
+	d, _ := s.window(from, to, false)
+	return d
 }
 
-func (s *Sampler) medians(from, to time.Time, detour bool) model.Matrix {
+func (s *Sampler) window(from, to time.Time, detour bool) (model.Matrix, model.Matrix) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	vals := map[[2]string][]float64{}
+	tx := model.Matrix{}
 	for _, ds := range s.samples {
 		if !from.IsZero() && (ds.at.Before(from) || ds.at.After(to)) {
 			continue
 		}
-		m := ds.truth
+		m, t := ds.truth, ds.txTruth
 		if detour {
-			m = ds.detour
+			m, t = ds.detour, ds.txDetour
 		}
 		for k, v := range m {
 			vals[k] = append(vals[k], v)
 		}
+		for k, v := range t {
+			tx[k] = v
+		}
 	}
-	return medians(vals)
+	return medians(vals), tx
 }
 
 // Errors returns how many samples failed and the last error.

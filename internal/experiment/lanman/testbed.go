@@ -148,6 +148,7 @@ type LinkTruth struct {
 	From       string  `json:"from"`
 	To         string  `json:"to"`
 	DelayMS    float64 `json:"delay_ms"`
+	RateBPS    uint64  `json:"rate_bps"`
 	QueueMS    float64 `json:"queue_ms"`
 	ExpectedMS float64 `json:"expected_ms"`
 	MeasuredMS float64 `json:"measured_ms"`

@@ -11,6 +11,12 @@
 //
 // (RTT(F, L) is zero when F is the leader). A plain ZooKeeper read (and an
 // etcd serializable read) is served by F alone: read(F) = RTT(client, F).
+//
+// On slow links the 1 KB value also takes time to transmit: a Net may add
+// the transmission time of the messages that carry it (the request from
+// the client to F and F's forward to L for a write, L's proposals to the
+// followers, F's answer to a read); the acknowledgements and commits are
+// small.
 // Every RTT here is a sum of two one-way path delays, so offsets between
 // unsynchronised clocks cancel and the offset-shifted delays detour
 // measures can be used as they are.
@@ -45,26 +51,47 @@ type Quorum struct {
 	Followers []string
 }
 
+// Net is what the model knows of the network: the one-way delay of every
+// path and, optionally, the time to transmit a message carrying the value
+// along it (Tx, in ms; nil for none).
+type Net struct {
+	Delay Delays
+	Tx    func(from, to string) float64
+}
+
+func (n Net) tx(from, to string) float64 {
+	if n.Tx == nil || from == to {
+		return 0
+	}
+	return n.Tx(from, to)
+}
+
 // Read predicts a local read through server F by a client at site c.
-func Read(d Delays, c, f string) (float64, error) { return RTT(d, c, f) }
+func Read(n Net, c, f string) (float64, error) {
+	r, err := RTT(n.Delay, c, f)
+	return r + n.tx(f, c), err
+}
 
 // Write predicts a write through server F by a client at site c.
-func Write(d Delays, q Quorum, c, f string) (float64, error) {
+func Write(n Net, q Quorum, c, f string) (float64, error) {
+	d := n.Delay
 	client, err := RTT(d, c, f)
 	if err != nil {
 		return 0, err
 	}
+	client += n.tx(c, f)
 	forward, err := RTT(d, f, q.Leader)
 	if err != nil {
 		return 0, err
 	}
+	forward += n.tx(f, q.Leader)
 	commit := math.Inf(1)
 	for _, fol := range q.Followers {
 		r, err := RTT(d, q.Leader, fol)
 		if err != nil {
 			return 0, err
 		}
-		commit = math.Min(commit, r)
+		commit = math.Min(commit, r+n.tx(q.Leader, fol))
 	}
 	if math.IsInf(commit, 1) {
 		return 0, fmt.Errorf("model: quorum without followers")
@@ -89,6 +116,7 @@ func (m Matrix) Delays() Delays {
 // PathDelays turns per-link delays and the path each site uses to each
 // other site into path delays: the delay from a to b is the sum of the
 // links along path(a, b) (a list of sites starting at a and ending at b).
+// It sums any per-link quantity the same way, e.g. transmission times.
 func PathDelays(links Matrix, path func(from, to string) []string) Matrix {
 	out := Matrix{}
 	sites := map[string]bool{}
@@ -116,4 +144,13 @@ func PathDelays(links Matrix, path func(from, to string) []string) Matrix {
 		}
 	}
 	return out
+}
+
+// TransmitMs is the time in ms to send size bytes at rate bits per second
+// (zero for an unlimited link).
+func TransmitMs(size int, rateBPS uint64) float64 {
+	if rateBPS == 0 {
+		return 0
+	}
+	return float64(size) * 8 / float64(rateBPS) * 1000
 }

@@ -43,7 +43,7 @@ func TestPredictionsOfThePaperSetting(t *testing.T) {
 		{"loaded", 65, "write", "LAN", 130 + 55},
 		{"loaded", 65, "read", "CLU", 130},
 	} {
-		d := lanman(tc.cluLan).Delays()
+		d := Net{Delay: lanman(tc.cluLan).Delays()}
 		var got float64
 		var err error
 		if tc.op == "read" {
@@ -68,8 +68,8 @@ func TestClockOffsetsCancel(t *testing.T) {
 		shifted[k] = v + off[k[0]] - off[k[1]]
 	}
 	for _, f := range []string{"CLU", "BOR", "LAN"} {
-		a, _ := Write(lanman(31).Delays(), q, "LAN", f)
-		b, _ := Write(shifted.Delays(), q, "LAN", f)
+		a, _ := Write(Net{Delay: lanman(31).Delays()}, q, "LAN", f)
+		b, _ := Write(Net{Delay: shifted.Delays()}, q, "LAN", f)
 		if math.Abs(a-b) > 1e-6 {
 			t.Errorf("write via %s: %v with true delays, %v with shifted", f, a, b)
 		}
@@ -91,14 +91,34 @@ func TestPathDelaysFollowRelays(t *testing.T) {
 	if got := p[[2]string{"BOR", "CLU"}]; got != 28 {
 		t.Errorf("BOR->CLU direct = %v, want 28", got)
 	}
-	r, _ := Read(p.Delays(), "LAN", "CLU")
+	r, _ := Read(Net{Delay: p.Delays()}, "LAN", "CLU")
 	if r != 70 {
 		t.Errorf("read via CLU over the relay = %v, want 70", r)
 	}
 }
 
 func TestMissingDelayIsAnError(t *testing.T) {
-	if _, err := Read(Matrix{}.Delays(), "LAN", "CLU"); err == nil {
+	if _, err := Read(Net{Delay: Matrix{}.Delays()}, "LAN", "CLU"); err == nil {
 		t.Error("no error for an unknown pair")
+	}
+}
+
+func TestTransmissionOfTheValueIsAdded(t *testing.T) {
+	// 1250 bytes at 10 Mbit/s take 1 ms on every link.
+	tx := TransmitMs(1250, 10_000_000)
+	if tx != 1 {
+		t.Fatalf("TransmitMs = %v, want 1", tx)
+	}
+	n := Net{Delay: lanman(31).Delays(), Tx: func(string, string) float64 { return tx }}
+	r, _ := Read(n, "LAN", "CLU")
+	w, _ := Write(n, q, "LAN", "BOR")
+	wl, _ := Write(n, q, "LAN", "CLU")
+	// Read: the answer. Write via BOR: request, forward, proposal.
+	// Write via the leader: request and proposal only.
+	if r != 63 || w != 149 || wl != 119 {
+		t.Errorf("read %v (want 63), write via BOR %v (want 149), via CLU %v (want 119)", r, w, wl)
+	}
+	if local, _ := Read(n, "LAN", "LAN"); local != 0 {
+		t.Errorf("local read = %v, want 0", local)
 	}
 }

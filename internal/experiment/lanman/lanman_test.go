@@ -1,0 +1,99 @@
+package lanman
+
+import (
+	"testing"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/experiment/results"
+	"github.com/detour-overlay/detour/internal/experiment/zoo"
+)
+
+func TestFullPathAddsMissingEndpoints(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{nil, "LAN>CLU"},
+		{[]string{"CLU"}, "LAN>CLU"},
+		{[]string{"NEU", "CLU"}, "LAN>NEU>CLU"},
+		{[]string{"LAN", "NEU", "CLU"}, "LAN>NEU>CLU"},
+		{[]string{"NEU"}, "LAN>NEU>CLU"},
+	} {
+		got := fullPath("LAN", "CLU", tc.in)
+		s := ""
+		for i, p := range got {
+			if i > 0 {
+				s += ">"
+			}
+			s += p
+		}
+		if s != tc.want {
+			t.Errorf("fullPath(%v) = %s, want %s", tc.in, s, tc.want)
+		}
+	}
+}
+
+func TestWindowsAreAtLeastASecond(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	recs := []results.Record{
+		{Op: "read", Server: "LAN", Start: t0, Latency: time.Millisecond},
+		{Op: "read", Server: "LAN", Start: t0.Add(time.Millisecond), Latency: time.Millisecond},
+		{Op: "write", Server: "CLU", Start: t0, Latency: 120 * time.Millisecond},
+		{Op: "write", Server: "CLU", Start: t0.Add(3 * time.Second), Latency: 120 * time.Millisecond},
+	}
+	w := windows(recs)
+	if d := w[opKey{"read", "LAN"}]; d[1].Sub(d[0]) != time.Second || d[0].After(t0) {
+		t.Errorf("short window %v..%v: want one second around the operations", d[0], d[1])
+	}
+	if d := w[opKey{"write", "CLU"}]; !d[0].Equal(t0) || !d[1].Equal(t0.Add(3120*time.Millisecond)) {
+		t.Errorf("long window %v..%v: want the operations' own span", d[0], d[1])
+	}
+}
+
+// TestReactFindsTheChangeAndTheSpike builds a continuous run in which the
+// load starts at 10 s, LAN->CLU is relayed at 10.8 s and CLU->LAN at
+// 11.0 s, with one slow write at 10.5 s.
+func TestReactFindsTheChangeAndTheSpike(t *testing.T) {
+	t0 := time.Unix(5000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	cr := &Continuous{Start: t0, LoadStart: at(10), End: at(30)}
+	for i := 0; i < 300; i++ {
+		ts := float64(i) * 0.1
+		op, lat := zoo.Read, 62.0
+		if i%2 == 1 {
+			op, lat = zoo.Write, 117.0
+		}
+		if ts >= 11 {
+			lat += 8 // the relayed path is a little longer
+		}
+		if i == 105 {
+			lat = 190
+		}
+		cr.Samples = append(cr.Samples, zoo.Sample{Op: op, Start: at(ts), Latency: time.Duration(lat * float64(time.Millisecond))})
+	}
+	cr.Routes = []RouteEvent{
+		{Time: at(0), From: "LAN", To: "CLU", Path: []string{"LAN", "CLU"}},
+		{Time: at(0), From: "CLU", To: "LAN", Path: []string{"CLU", "LAN"}},
+		{Time: at(10.8), From: "LAN", To: "CLU", Path: []string{"LAN", "NEU", "CLU"}},
+		{Time: at(11.0), From: "CLU", To: "LAN", Path: []string{"CLU", "NEU", "LAN"}},
+	}
+	r := cr.React()
+	if !r.Rerouted || r.After["LAN->CLU"] != 800*time.Millisecond || r.After["CLU->LAN"] != time.Second {
+		t.Fatalf("reaction %+v: want LAN->CLU after 800ms and CLU->LAN after 1s", r)
+	}
+	if r.MaxMs != 190 || r.ExcessMs != 190-117 {
+		t.Errorf("spike %.1f ms (%.1f above idle), want 190 (73)", r.MaxMs, r.ExcessMs)
+	}
+	if r.IdleMedian["read"] != 62 || r.SettledMedian["write"] != 125 {
+		t.Errorf("medians idle %v settled %v", r.IdleMedian, r.SettledMedian)
+	}
+}
+
+func TestReactWithoutChange(t *testing.T) {
+	t0 := time.Unix(5000, 0)
+	cr := &Continuous{Start: t0, LoadStart: t0.Add(time.Second), End: t0.Add(3 * time.Second)}
+	cr.Samples = []zoo.Sample{{Op: zoo.Read, Start: t0.Add(2 * time.Second), Latency: 130 * time.Millisecond}}
+	if r := cr.React(); r.Rerouted || r.MaxMs != 130 {
+		t.Errorf("reaction %+v: want no reroute and the loaded maximum", r)
+	}
+}
