@@ -54,11 +54,34 @@ type Config struct {
 	Control ControlHandler
 	// Now returns monotonic nanoseconds; it stamps FDB entries.
 	Now func() int64
+	// Crypto, when set, seals every data packet and rejects unsealed
+	// ones; nil carries frames in the clear.
+	Crypto Crypto
 }
 
 // Headroom is the space kept in front of every frame read from a device
-// for the largest data header.
-const Headroom = wire.DataFixedLen + 4*wire.MaxPath
+// for the largest data header and its security block; Tailroom is kept
+// after it for the authentication tag.
+const (
+	Headroom = wire.DataFixedLen + 4*wire.MaxPath + wire.SealedDataE2ELen + wire.SealedDataHopLen
+	Tailroom = wire.TagLen
+)
+
+// Crypto seals and opens data packets end to end between sites and
+// authenticates relayed packets hop by hop (package session implements it).
+// Its methods must be safe for concurrent use and must not allocate.
+type Crypto interface {
+	// SealData builds a sealed packet in b from the frame of frameLen
+	// bytes at b[wire.DataHeaderLen(n)+wire.SealedDataPrefixLen(n):] for
+	// a path of n sites, writing the header h, and returns its length.
+	SealData(b []byte, h *wire.DataHeader, frameLen int) (int, error)
+	// Relay checks a packet this site relays, advances its hop index and
+	// re-tags it for the next site, which it returns.
+	Relay(b []byte, h *wire.DataHeader, off int) (wire.SiteID, error)
+	// OpenData authenticates and decrypts a packet that reached this site
+	// and returns its frame.
+	OpenData(b []byte, h *wire.DataHeader, off int) ([]byte, error)
+}
 
 // maxFrame is the largest Ethernet frame the data path carries.
 const maxFrame = 65535
@@ -72,6 +95,7 @@ type Engine struct {
 	ports   map[uint32]*Port
 	control ControlHandler
 	now     func() int64
+	crypto  Crypto
 	routes  atomic.Pointer[routesBox]
 	writeMu sync.Mutex // serialises writers of conn
 	stats   Stats
@@ -79,7 +103,7 @@ type Engine struct {
 
 // New returns an engine; Run starts it.
 func New(cfg Config) *Engine {
-	e := &Engine{self: cfg.Self, conn: cfg.Conn, control: cfg.Control, now: cfg.Now, ports: map[uint32]*Port{}}
+	e := &Engine{self: cfg.Self, conn: cfg.Conn, control: cfg.Control, now: cfg.Now, crypto: cfg.Crypto, ports: map[uint32]*Port{}}
 	for _, p := range cfg.Ports {
 		e.ports[p.Network] = p
 	}

@@ -37,7 +37,13 @@ const testNet = 42
 // through b and everything else is direct.
 func threeSites(t *testing.T) (a, b, c *site) {
 	t.Helper()
-	nw := transport.NewFakeNetwork()
+	return threeSitesOn(t, transport.NewFakeNetwork(), nil)
+}
+
+// threeSitesOn builds the three sites on nw; crypto, when not nil, gives
+// each site's Crypto.
+func threeSitesOn(t *testing.T, nw *transport.FakeNetwork, crypto func(wire.SiteID) Crypto) (a, b, c *site) {
+	t.Helper()
 	ids := []wire.SiteID{1, 2, 3}
 	addrs := map[wire.SiteID]netip.AddrPort{}
 	for i, id := range ids {
@@ -52,6 +58,7 @@ func threeSites(t *testing.T) (a, b, c *site) {
 			Ports:   []*Port{{Network: testNet, Dev: s.dev, FDB: fdb.New(time.Minute)}},
 			Control: func(_ netip.AddrPort, pkt []byte) { s.ctl <- append([]byte(nil), pkt...) },
 			Now:     func() int64 { return time.Now().UnixNano() },
+			Crypto:  cryptoFor(crypto, id),
 		})
 		paths := map[wire.SiteID][]wire.SiteID{}
 		for _, other := range ids {
@@ -194,4 +201,11 @@ func TestMisdirectedPacketDropped(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	expectNone(t, a)
+}
+
+func cryptoFor(f func(wire.SiteID) Crypto, id wire.SiteID) Crypto {
+	if f == nil {
+		return nil
+	}
+	return f(id)
 }

@@ -30,9 +30,9 @@ func (e *Engine) newEgress(p *Port) *egress {
 	size := frameSize(p.Dev.MTU())
 	g := &egress{e: e, port: p, seq: map[wire.SiteID]uint32{}, dests: map[wire.SiteID]*dest{}, sizes: make([]int, batchFrames)}
 	for i := 0; i < batchFrames; i++ {
-		b := make([]byte, Headroom+size)
+		b := make([]byte, Headroom+size+Tailroom)
 		g.bufs = append(g.bufs, b)
-		g.frames = append(g.frames, b[Headroom:])
+		g.frames = append(g.frames, b[Headroom:Headroom+size])
 	}
 	return g
 }
@@ -143,9 +143,34 @@ func (g *egress) unicast(dst wire.SiteID, i, n int) {
 		g.e.stats.DropNoRoute.Add(1)
 		return
 	}
-	start := Headroom - g.hdr.Len()
-	g.hdr.Put(g.bufs[i][start:])
-	g.emit(dst, rt, transport.Message{Buf: g.bufs[i][start:], N: g.hdr.Len() + n, Addr: rt.FirstHop})
+	start := Headroom - g.frameOffset()
+	if m, ok := g.seal(g.bufs[i][start:], n, rt); ok {
+		g.emit(dst, rt, m)
+	}
+}
+
+// frameOffset is where the frame starts in a packet with g.hdr's path.
+func (g *egress) frameOffset() int {
+	n := int(g.hdr.PathLen)
+	if g.e.crypto == nil {
+		return wire.DataHeaderLen(n)
+	}
+	return wire.DataHeaderLen(n) + wire.SealedDataPrefixLen(n)
+}
+
+// seal writes g.hdr in front of the frame of length n that starts at
+// b[g.frameOffset():] and, with crypto, seals the packet.
+func (g *egress) seal(b []byte, n int, rt *routing.Route) (transport.Message, bool) {
+	if g.e.crypto == nil {
+		hl := g.hdr.Put(b)
+		return transport.Message{Buf: b, N: hl + n, Addr: rt.FirstHop}, true
+	}
+	size, err := g.e.crypto.SealData(b, &g.hdr, n)
+	if err != nil {
+		g.e.stats.DropCrypto.Add(1)
+		return transport.Message{}, false
+	}
+	return transport.Message{Buf: b, N: size, Addr: rt.FirstHop}, true
 }
 
 // broadcast queues one copy of the frame for every other site, each along
@@ -160,14 +185,15 @@ func (g *egress) broadcast(frame []byte) {
 			continue
 		}
 		if g.nflood == len(g.flood) {
-			g.flood = append(g.flood, make([]byte, Headroom+len(g.frames[0])))
+			g.flood = append(g.flood, make([]byte, Headroom+len(g.frames[0])+Tailroom))
 		}
 		b := g.flood[g.nflood]
-		g.nflood++
-		hl := g.hdr.Put(b)
-		copy(b[hl:], frame)
-		g.emit(site, rt, transport.Message{Buf: b, N: hl + len(frame), Addr: rt.FirstHop})
-		queued = true
+		copy(b[g.frameOffset():], frame)
+		if m, ok := g.seal(b, len(frame), rt); ok {
+			g.nflood++
+			g.emit(site, rt, m)
+			queued = true
+		}
 	}
 	if queued {
 		g.e.stats.Flooded.Add(1)

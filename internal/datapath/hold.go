@@ -84,7 +84,7 @@ type holdQueue struct {
 }
 
 // bufPool recycles the buffers of held packets.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, Headroom+2048); return &b }}
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, Headroom+2048+Tailroom); return &b }}
 
 // enqueue copies m into the queue if it is active and reports whether it
 // did. A full queue drops the packet (and reports it taken).

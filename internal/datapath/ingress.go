@@ -68,18 +68,30 @@ func (in *ingress) handle(m *transport.Message) {
 		e.stats.DropMisdirected.Add(1)
 		return
 	}
-	if int(h.Hop) == int(h.PathLen)-1 {
-		in.deliver(pkt[off:])
+	if in.e.crypto != nil && h.Flags&wire.DataFlagSealed == 0 {
+		e.stats.DropCrypto.Add(1) // a plaintext packet where keys are configured
 		return
 	}
-	in.forward(m, pkt)
+	if int(h.Hop) == int(h.PathLen)-1 {
+		in.deliver(pkt, off)
+		return
+	}
+	in.forward(m, pkt, off)
 }
 
 // deliver writes a frame that reached its destination to the device of its
 // network, learning where its source address lives.
-func (in *ingress) deliver(frame []byte) {
+func (in *ingress) deliver(pkt []byte, off int) {
 	e := in.e
 	h := &in.hdr
+	frame := pkt[off:]
+	if e.crypto != nil {
+		var err error
+		if frame, err = e.crypto.OpenData(pkt, h, off); err != nil {
+			e.stats.DropCrypto.Add(1)
+			return
+		}
+	}
 	if len(frame) < 14 {
 		e.stats.DropMalformed.Add(1)
 		return
@@ -104,8 +116,8 @@ func (in *ingress) deliver(frame []byte) {
 }
 
 // forward relays a packet to the next site of its path, changing nothing
-// but the hop index.
-func (in *ingress) forward(m *transport.Message, pkt []byte) {
+// but the hop index (and, with crypto, the hop tag after checking it).
+func (in *ingress) forward(m *transport.Message, pkt []byte, off int) {
 	e := in.e
 	h := &in.hdr
 	next := h.Path[h.Hop+1]
@@ -114,7 +126,14 @@ func (in *ingress) forward(m *transport.Message, pkt []byte) {
 		e.stats.DropNoRoute.Add(1)
 		return
 	}
-	wire.SetHop(pkt, h.Hop+1)
+	if e.crypto != nil {
+		if _, err := e.crypto.Relay(pkt, h, off); err != nil {
+			e.stats.DropCrypto.Add(1)
+			return
+		}
+	} else {
+		wire.SetHop(pkt, h.Hop+1)
+	}
 	e.stats.Relayed.Add(1)
 	in.relay = append(in.relay, transport.Message{Buf: m.Buf, N: m.N, Addr: addr})
 }

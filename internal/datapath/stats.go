@@ -25,6 +25,7 @@ type Stats struct {
 	DropDevice         atomic.Uint64 // device write errors
 	DropSend           atomic.Uint64 // underlay send errors
 	DropHoldOverflow   atomic.Uint64 // packets beyond the bound of a hold queue
+	DropCrypto         atomic.Uint64 // packets that failed sealing, authentication or the replay check
 }
 
 // Snapshot returns the counters by name, for the API and metrics.
@@ -49,5 +50,6 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"drop_device":          s.DropDevice.Load(),
 		"drop_send":            s.DropSend.Load(),
 		"drop_hold_overflow":   s.DropHoldOverflow.Load(),
+		"drop_crypto":          s.DropCrypto.Load(),
 	}
 }
