@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/detour-overlay/detour/internal/keys"
 )
 
 // Defaults used for fields the file leaves out.
@@ -48,7 +50,14 @@ type Agent struct {
 	// Advertise is the address other sites use to reach this one, when it
 	// differs from Listen (NAT, or Listen on 0.0.0.0).
 	Advertise string `yaml:"advertise,omitempty"`
-	// Peers are bootstrap members; one reachable member is enough.
+	// PrivateKey is this site's static private key (base64, from
+	// `detour genkey`). When set, every packet is encrypted and
+	// authenticated, and only the peers listed with a public key are
+	// accepted; when empty, the overlay runs in the clear.
+	PrivateKey string `yaml:"private_key,omitempty"`
+	// Peers are the other sites this one knows: bootstrap members (those
+	// with an address; one reachable member is enough) and, with
+	// encryption, the accepted set (every site, with its public key).
 	Peers []Peer `yaml:"peers,omitempty"`
 	// Networks are the virtual L2 networks this site joins.
 	Networks []Network `yaml:"networks,omitempty"`
@@ -63,10 +72,12 @@ type Agent struct {
 	TestClockOffset time.Duration `yaml:"test_clock_offset,omitempty"`
 }
 
-// Peer is a bootstrap member.
+// Peer is another site: a bootstrap member when it has an address, an
+// accepted site when it has a public key.
 type Peer struct {
-	Name    string `yaml:"name"`
-	Address string `yaml:"address"`
+	Name      string `yaml:"name"`
+	Address   string `yaml:"address,omitempty"`
+	PublicKey string `yaml:"public_key,omitempty"`
 }
 
 // Network is a virtual L2 network and the TAP device that carries it.
@@ -187,6 +198,9 @@ func (a *Agent) Validate() error {
 	if err := validatePeers(a); err != nil {
 		return err
 	}
+	if err := validateKeys(a); err != nil {
+		return err
+	}
 	if err := validateNetworks(a.Networks); err != nil {
 		return err
 	}
@@ -239,6 +253,12 @@ func validatePeers(a *Agent) error {
 			return &FieldError{Field: field + ".name", Msg: fmt.Sprintf("%q %s", p.Name, what)}
 		}
 		seen[p.Name] = true
+		if p.Address == "" {
+			if p.PublicKey == "" {
+				return &FieldError{Field: field + ".address", Msg: "missing: a peer needs an address (to join through it) or a public_key (to accept it)"}
+			}
+			continue
+		}
 		ap, err := netip.ParseAddrPort(p.Address)
 		if err != nil || ap.Port() == 0 || ap.Addr().IsUnspecified() {
 			return &FieldError{Field: field + ".address", Msg: fmt.Sprintf("%q is not an IP:port address", p.Address)}
@@ -246,6 +266,33 @@ func validatePeers(a *Agent) error {
 	}
 	return nil
 }
+
+// validateKeys checks that the keys parse and that encryption is either
+// configured for every peer or for none.
+func validateKeys(a *Agent) error {
+	if a.PrivateKey != "" {
+		if _, err := keys.ParsePrivate(a.PrivateKey); err != nil {
+			return &FieldError{Field: "private_key", Msg: err.Error()}
+		}
+	}
+	for i, p := range a.Peers {
+		field := fmt.Sprintf("peers[%d].public_key", i)
+		switch {
+		case p.PublicKey == "" && a.PrivateKey != "":
+			return &FieldError{Field: field, Msg: fmt.Sprintf("missing: with a private_key, every peer needs its public key (site %q)", p.Name)}
+		case p.PublicKey != "" && a.PrivateKey == "":
+			return &FieldError{Field: "private_key", Msg: "missing: peers have public keys, so this site needs its private key (detour genkey)"}
+		case p.PublicKey != "":
+			if _, err := keys.ParsePublic(p.PublicKey); err != nil {
+				return &FieldError{Field: field, Msg: err.Error()}
+			}
+		}
+	}
+	return nil
+}
+
+// Encrypted reports whether the overlay runs encrypted.
+func (a *Agent) Encrypted() bool { return a.PrivateKey != "" }
 
 func validateNetworks(ns []Network) error {
 	ids := map[uint32]bool{}

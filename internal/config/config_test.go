@@ -16,6 +16,23 @@ peers:
     address: 198.18.0.3:4800
 `
 
+// Keys for the tests, made with `detour genkey` and `detour pubkey`.
+const (
+	privA = "4Ks9R8Ve5zZTrPRDrNPVpkC2Mk1J0yC4W5oW0LmNqXA="
+	pubB  = "oR2Xo1LLqgS3TnlGJk8dVHYG0D1Gm5y5xa46aCRYPyM="
+)
+
+func TestEncryptedConfig(t *testing.T) {
+	doc := "site: a\nlisten: 198.18.0.1:1\nprivate_key: " + privA + "\npeers:\n  - name: b\n    public_key: " + pubB + "\n  - name: c\n    address: 198.18.0.3:1\n    public_key: " + pubB + "\n"
+	a, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Encrypted() {
+		t.Error("a config with a private key is not encrypted")
+	}
+}
+
 func TestParseDefaults(t *testing.T) {
 	a, err := Parse([]byte(good))
 	if err != nil {
@@ -64,6 +81,11 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"zero network id", "site: a\nlisten: 198.18.0.1:1\nnetworks:\n  - name: n\n    tap: t0\n", "networks[0].id: missing"},
 		{"long tap", "site: a\nlisten: 198.18.0.1:1\nnetworks:\n  - name: n\n    id: 4\n    tap: averyverylongtapname\n", "line 6: networks[0].tap"},
 		{"not yaml", "site: [\n", "yaml:"},
+		{"peer without address or key", "site: a\nlisten: 198.18.0.1:1\npeers:\n  - name: b\n", "peers[0].address: missing"},
+		{"bad private key", "site: a\nlisten: 198.18.0.1:1\nprivate_key: abc\n", "line 3: private_key: bad key"},
+		{"peer key without own key", "site: a\nlisten: 198.18.0.1:1\npeers:\n  - name: b\n    public_key: " + pubB + "\n", "private_key: missing"},
+		{"own key without peer key", "site: a\nlisten: 198.18.0.1:1\nprivate_key: " + privA + "\npeers:\n  - name: b\n    address: 198.18.0.2:1\n", "line 5: peers[0].public_key: missing"},
+		{"bad peer key", "site: a\nlisten: 198.18.0.1:1\nprivate_key: " + privA + "\npeers:\n  - name: b\n    public_key: AAAA\n", "line 6: peers[0].public_key: bad key"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
