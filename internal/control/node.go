@@ -75,6 +75,7 @@ type Node struct {
 	outbox   []Outgoing
 	counters Counters
 	started  time.Time
+	last     time.Time // the latest time passed in
 	left     bool
 
 	nextGossip    time.Time
@@ -143,6 +144,7 @@ func (n *Node) emit(to netip.AddrPort, payload []byte) {
 // Tick runs the timers: probes, failure detection, link-state origination
 // and refresh, gossip, expiry and route selection.
 func (n *Node) Tick(now time.Time) {
+	n.observe(now)
 	if n.left {
 		return
 	}
@@ -151,6 +153,14 @@ func (n *Node) Tick(now time.Time) {
 	n.refresh(now)
 	n.gossip(now)
 	n.forget(now)
+}
+
+// observe records the latest time seen, so that NextDeadline never returns
+// a time already past.
+func (n *Node) observe(now time.Time) {
+	if now.After(n.last) {
+		n.last = now
+	}
 }
 
 // refresh recomputes liveness, this site's link state, and the routes.
@@ -176,12 +186,13 @@ func (n *Node) Leave(now time.Time) {
 
 // NextDeadline returns when Tick should run next.
 func (n *Node) NextDeadline() time.Time {
-	t := n.nextGossip
+	var t time.Time
 	earlier := func(x time.Time) {
-		if !x.IsZero() && (t.IsZero() || x.Before(t)) {
+		if !x.IsZero() && x.After(n.last) && (t.IsZero() || x.Before(t)) {
 			t = x
 		}
 	}
+	earlier(n.nextGossip)
 	for _, m := range n.members {
 		if m.state == StateLeft {
 			continue

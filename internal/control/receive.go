@@ -15,6 +15,7 @@ import (
 // reason, and reported as an error (which callers may ignore). pkt is not
 // retained.
 func (n *Node) Receive(now time.Time, from netip.AddrPort, pkt []byte) error {
+	n.observe(now)
 	err := n.receive(now, from, pkt)
 	if err != nil {
 		n.counters.Dropped[dropKind(err)]++
