@@ -35,12 +35,18 @@ type RouteEvent struct {
 // Relayed reports whether the path goes through another site.
 func (e RouteEvent) Relayed() bool { return len(fullPath(e.From, e.To, e.Path)) > 2 }
 
-// TruthPoint is the emulator's delay of one directed link at one time.
+// TruthPoint is the emulator's delay of one directed link at one time:
+// the delay a packet entering it then gets, and the part of it that is
+// queueing.
 type TruthPoint struct {
-	Time       time.Time
-	From, To   string
-	ExpectedMS float64
+	Time              time.Time
+	From, To          string
+	ExpectedMS, Queue float64
 }
+
+// onsetQueueMs is the queueing delay on a loaded link that marks the onset
+// of the load.
+const onsetQueueMs = 5
 
 // continuous runs the continuous experiment on the current overlay.
 func (x *run) continuous(ctx context.Context) error {
@@ -148,9 +154,9 @@ func (x *run) pollRoutes(ctx context.Context, cr *Continuous) {
 	}
 }
 
-// pollTruth records the emulator's delay of the loaded links every 500 ms.
+// pollTruth records the emulator's delay of the loaded links every 200 ms.
 func (x *run) pollTruth(ctx context.Context, cr *Continuous) {
-	t := time.NewTicker(500 * time.Millisecond)
+	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	for ctx.Err() == nil {
 		links, err := x.tb.Truth(ctx)
@@ -162,7 +168,7 @@ func (x *run) pollTruth(ctx context.Context, cr *Continuous) {
 			if (l.From == LoadA && l.To == LoadB) || (l.From == LoadB && l.To == LoadA) ||
 				(l.From == LoadA && l.To == Relay) || (l.From == Relay && l.To == LoadB) {
 				cr.truthMu.Lock()
-				cr.Truth = append(cr.Truth, TruthPoint{Time: now, From: l.From, To: l.To, ExpectedMS: l.ExpectedMS})
+				cr.Truth = append(cr.Truth, TruthPoint{Time: now, From: l.From, To: l.To, ExpectedMS: l.ExpectedMS, Queue: l.QueueMS})
 				cr.truthMu.Unlock()
 			}
 		}
@@ -180,8 +186,13 @@ type Reaction struct {
 	// relayed after the load started.
 	Rerouted bool
 	// After is, per direction "A->B", the time from the start of the load
-	// to the first relayed path.
+	// (the command that starts it) to the first relayed path.
 	After map[string]time.Duration
+	// Onset is when the emulator first saw a queue of onsetQueueMs on a
+	// loaded link (zero if never); AfterOnset is the time from it to the
+	// last of the two directions' changes.
+	Onset      time.Time
+	AfterOnset time.Duration
 	// MaxMs is the largest single-operation latency from 2 s before the
 	// (last) change to 2 s after it, or over the whole loaded period when
 	// there was no change; ExcessMs is the largest amount by which an
@@ -206,6 +217,15 @@ func (cr *Continuous) React() Reaction {
 		if e.Time.After(change) {
 			change = e.Time
 		}
+	}
+	for _, p := range cr.Truth {
+		if !p.Time.Before(cr.LoadStart) && p.Queue >= onsetQueueMs && p.From != Relay && p.To != Relay {
+			r.Onset = p.Time
+			break
+		}
+	}
+	if r.Rerouted && !r.Onset.IsZero() {
+		r.AfterOnset = change.Sub(r.Onset)
 	}
 	lo, hi := cr.LoadStart, cr.End
 	if r.Rerouted {

@@ -77,7 +77,16 @@ func TestReactFindsTheChangeAndTheSpike(t *testing.T) {
 		{Time: at(10.8), From: "LAN", To: "CLU", Path: []string{"LAN", "NEU", "CLU"}},
 		{Time: at(11.0), From: "CLU", To: "LAN", Path: []string{"CLU", "NEU", "LAN"}},
 	}
+	cr.Truth = []TruthPoint{
+		{Time: at(9.9), From: "CLU", To: "LAN", Queue: 0},
+		{Time: at(10.2), From: "CLU", To: "NEU", Queue: 9}, // not a loaded link
+		{Time: at(10.3), From: "CLU", To: "LAN", Queue: 2},
+		{Time: at(10.5), From: "LAN", To: "CLU", Queue: 12},
+	}
 	r := cr.React()
+	if !r.Onset.Equal(at(10.5)) || r.AfterOnset != 500*time.Millisecond {
+		t.Errorf("onset %v, after onset %v: want 10.5 s and 500ms", r.Onset.Sub(t0), r.AfterOnset)
+	}
 	if !r.Rerouted || r.After["LAN->CLU"] != 800*time.Millisecond || r.After["CLU->LAN"] != time.Second {
 		t.Fatalf("reaction %+v: want LAN->CLU after 800ms and CLU->LAN after 1s", r)
 	}

@@ -62,7 +62,10 @@ func (r *Result) Write(dir string, versions string) error {
 		{RoutesFile, r.writeRoutes},
 		{TruthFile, r.writeTruth},
 		{ContinuousFile, r.writeContinuous},
-		{VersionsFile, func(w io.Writer) error { _, err := io.WriteString(w, versions); return err }},
+		{VersionsFile, func(w io.Writer) error {
+			_, err := fmt.Fprintf(w, "%sstore as running: %s\n", versions, r.StoreVersion)
+			return err
+		}},
 	}
 	for _, x := range writers {
 		if err := writeFile(filepath.Join(dir, x.name), x.fn); err != nil {
@@ -137,8 +140,11 @@ func (r *Result) writeReroutes(w io.Writer) {
 			for _, d := range sortedKeys(re.After) {
 				dirs = append(dirs, fmt.Sprintf("%s %v", d, re.After[d].Round(time.Millisecond)))
 			}
-			fmt.Fprintf(w, "rerouted after the load started: %s; largest latency within 2 s of the change %.1f ms (%.1f ms above the idle median of its kind)\n",
-				strings.Join(dirs, ", "), re.MaxMs, re.ExcessMs)
+			fmt.Fprintf(w, "rerouted after the load was started: %s", strings.Join(dirs, ", "))
+			if !re.Onset.IsZero() {
+				fmt.Fprintf(w, " (both directions %v after the first %d ms of queueing)", re.AfterOnset.Round(time.Millisecond), onsetQueueMs)
+			}
+			fmt.Fprintf(w, "; largest latency within 2 s of the change %.1f ms (%.1f ms above the idle median of its kind)\n", re.MaxMs, re.ExcessMs)
 		}
 		fmt.Fprintf(w, "  medians idle: read %.1f, write %.1f ms; after: read %.1f, write %.1f ms\n",
 			re.IdleMedian["read"], re.IdleMedian["write"], re.SettledMedian["read"], re.SettledMedian["write"])
@@ -195,11 +201,11 @@ func (r *Result) writeRoutes(w io.Writer) error {
 
 func (r *Result) writeTruth(w io.Writer) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"overlay", "t_s", "from", "to", "expected_ms"})
+	_ = cw.Write([]string{"overlay", "t_s", "from", "to", "expected_ms", "queue_ms"})
 	for _, ov := range sortedKeys(r.Continuous) {
 		cr := r.Continuous[ov]
 		for _, p := range cr.Truth {
-			_ = cw.Write([]string{ov, f3(p.Time.Sub(cr.Start).Seconds()), p.From, p.To, f3(p.ExpectedMS)})
+			_ = cw.Write([]string{ov, f3(p.Time.Sub(cr.Start).Seconds()), p.From, p.To, f3(p.ExpectedMS), f3(p.Queue)})
 		}
 	}
 	cw.Flush()
@@ -239,7 +245,8 @@ func Versions(detourBin string) string {
 	item("detour", detourBin, "version")
 	item("java", "java", "-version")
 	item("zookeeper (Debian package)", "dpkg-query", "-W", "-f=${Version}", "zookeeper")
-	item("zookeeper jar", "readlink", "-f", "/usr/share/java/zookeeper.jar")
+	item("zookeeper jar", "sh", "-c", "ls /usr/share/java/zookeeper-3*.jar | head -1")
+	item("etcd", "etcd", "--version")
 	item("kernel", "uname", "-sr")
 	item("iperf3", "dpkg-query", "-W", "-f=${Version}", "iperf3")
 	item("tinc", "dpkg-query", "-W", "-f=${Version}", "tinc")

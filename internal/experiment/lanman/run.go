@@ -77,6 +77,8 @@ type Result struct {
 	Delays, TruthDelays map[[2]string]model.Matrix
 	// Continuous runs, by overlay.
 	Continuous map[string]*Continuous
+	// StoreVersion is the version the running store reported.
+	StoreVersion string
 	// Reroute is, per overlay, how long detour took after being unpinned
 	// in phase (c) to use a relay between LoadA and LoadB.
 	Reroute map[string]time.Duration

@@ -77,6 +77,9 @@ func (z *zooStore) start(ctx context.Context) error {
 		return err
 	}
 	z.x.logf("ZooKeeper quorum in %.1f s: %v", time.Since(start).Seconds(), modes)
+	if out, err := zoo.FourLetter(z.dial, z.x.site(Leader).HostAddr(), "srvr"); err == nil {
+		z.x.res.StoreVersion = "ZooKeeper " + zoo.ParseVersion(out)
+	}
 	return nil
 }
 
