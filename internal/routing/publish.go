@@ -17,7 +17,8 @@ func (r *Router) publish(now time.Time, m *Matrix) {
 	key := make(map[wire.SiteID]tableEntry, len(r.dests))
 	for id, d := range r.dests {
 		mt, _ := m.Measure(r.cfg.Weights, r.self, d.path)
-		key[id] = tableEntry{path: fmt.Sprint(d.path), delay: mt.Delay}
+		dt, up := m.Measure(r.cfg.Weights, r.self, []wire.SiteID{id})
+		key[id] = tableEntry{path: fmt.Sprint(d.path), delay: mt.Delay, direct: dt.Delay, directUp: up}
 	}
 	if !r.dirty && !drifted(r.tableKey, key) {
 		return
@@ -40,7 +41,8 @@ func drifted(old, cur map[wire.SiteID]tableEntry) bool {
 	}
 	for id, c := range cur {
 		o, ok := old[id]
-		if !ok || o.path != c.path || abs(o.delay-c.delay) > tableDrift {
+		if !ok || o.path != c.path || abs(o.delay-c.delay) > tableDrift ||
+			o.directUp != c.directUp || abs(o.direct-c.direct) > tableDrift {
 			return true
 		}
 	}

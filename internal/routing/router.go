@@ -104,8 +104,10 @@ type Router struct {
 }
 
 type tableEntry struct {
-	path  string
-	delay time.Duration
+	path     string
+	delay    time.Duration
+	direct   time.Duration // the direct link's delay, shown beside the path
+	directUp bool
 }
 
 // NewRouter returns a router for site self. cfg must be valid.

@@ -1,0 +1,49 @@
+package routing
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// A route installed while the direct link was down must show the direct
+// link once it comes up, even though the chosen path does not change.
+func TestTableRefreshesDirectLinkWithoutPathChange(t *testing.T) {
+	const self, relay, dst wire.SiteID = 1, 2, 3
+	addrs := map[wire.SiteID]netip.AddrPort{
+		relay: netip.MustParseAddrPort("198.18.0.2:1"),
+		dst:   netip.MustParseAddrPort("198.18.0.3:1"),
+	}
+	ms := time.Millisecond
+	matrix := func(direct bool) *Matrix {
+		m := NewMatrix([]wire.SiteID{self, relay, dst})
+		for _, e := range []struct {
+			a, b wire.SiteID
+			d    time.Duration
+		}{{self, relay, 2 * ms}, {relay, self, 2 * ms}, {relay, dst, 8 * ms}, {dst, relay, 8 * ms}} {
+			m.Set(e.a, e.b, Edge{Delay: e.d, RTT: 2 * e.d})
+		}
+		if direct {
+			m.Set(self, dst, Edge{Delay: 16 * ms, RTT: 32 * ms})
+			m.Set(dst, self, Edge{Delay: 16 * ms, RTT: 32 * ms})
+		}
+		return m
+	}
+	r := NewRouter(DefaultConfig(), self)
+	now := time.Unix(0, 0)
+	r.Update(now, matrix(false), addrs)
+	rt, ok := r.Table().Lookup(dst)
+	if !ok || rt.DirectUp || len(rt.Path) != 2 {
+		t.Fatalf("before the direct link: route %+v", rt)
+	}
+	r.Update(now.Add(time.Second), matrix(true), addrs)
+	rt, _ = r.Table().Lookup(dst)
+	if len(rt.Path) != 2 {
+		t.Fatalf("path changed to %v; the relay is still faster", rt.Path)
+	}
+	if !rt.DirectUp || rt.DirectDelay != 16*ms {
+		t.Errorf("route after the direct link came up: DirectUp %v, DirectDelay %v", rt.DirectUp, rt.DirectDelay)
+	}
+}
