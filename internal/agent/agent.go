@@ -47,6 +47,8 @@ type Agent struct {
 	node        *control.Node
 	table       *routing.Table
 	changes     map[wire.SiteID]uint64 // path changes per destination
+	sec         *secure                // nil when the overlay runs in the clear
+	lastSecTick time.Time
 	ctlIn       chan ctlPacket
 	started     time.Time
 	registry    *prometheus.Registry
@@ -100,10 +102,18 @@ func New(cfg *config.Agent, opt Options) (*Agent, error) {
 		return nil, err
 	}
 	a.node = node
-	a.engine = datapath.New(datapath.Config{
+	dcfg := datapath.Config{
 		Self: wire.SiteIDFromName(cfg.Site), Conn: a.conn, Ports: a.ports,
 		Control: a.onControl, Now: a.clock.Mono,
-	})
+	}
+	if cfg.Encrypted() {
+		if a.sec, err = newSecure(cfg); err != nil {
+			a.closeAll()
+			return nil, err
+		}
+		dcfg.Crypto = a.sec.node
+	}
+	a.engine = datapath.New(dcfg)
 	a.registry = a.newRegistry()
 	return a, nil
 }
@@ -220,13 +230,16 @@ func (a *Agent) controlLoop(ctx context.Context) {
 			return
 		case p := <-a.ctlIn:
 			a.mu.Lock()
-			if err := a.node.Receive(a.clock.Now(), p.from, p.data); err != nil {
-				a.ctlRejected.Inc()
-			}
+			a.receive(p)
 			a.mu.Unlock()
 		case <-timer.C:
 			a.mu.Lock()
-			a.node.Tick(a.clock.Now())
+			now := a.clock.Now()
+			a.node.Tick(now)
+			if a.sec != nil && now.Sub(a.lastSecTick) >= secTickInterval {
+				a.sec.tick(now, a.sendNow)
+				a.lastSecTick = now
+			}
 			a.mu.Unlock()
 		case <-expire.C:
 			for _, p := range a.ports {
@@ -238,20 +251,61 @@ func (a *Agent) controlLoop(ctx context.Context) {
 	}
 }
 
-// flush sends the control node's outbox and publishes a new routing table
-// to the data path when there is one.
+// secTickInterval is the period of the session timers (handshake retries,
+// rekeying, expiry).
+const secTickInterval = 100 * time.Millisecond
+
+// receive hands a control datagram to the control node, through the
+// secure layer when the overlay is encrypted. The caller holds a.mu.
+func (a *Agent) receive(p ctlPacket) {
+	now := a.clock.Now()
+	data := p.data
+	if a.sec != nil {
+		if data = a.sec.open(now, p.from, data, a.sendNow); data == nil {
+			return
+		}
+	}
+	if err := a.node.Receive(now, p.from, data); err != nil {
+		a.ctlRejected.Inc()
+	}
+}
+
+// sendNow sends one datagram at once.
+func (a *Agent) sendNow(to netip.AddrPort, payload []byte) {
+	if err := a.engine.Send([]transport.Message{{Buf: payload, N: len(payload), Addr: to}}); err != nil {
+		a.log.Debug("control send", "to", to, "err", err)
+	}
+}
+
+// memberAddrs returns the underlay address of every known member. The
+// caller holds a.mu.
+func (a *Agent) memberAddrs() map[wire.SiteID]netip.AddrPort {
+	out := map[wire.SiteID]netip.AddrPort{}
+	for _, m := range a.node.Members() {
+		if !m.Self && m.Addr.IsValid() {
+			out[m.ID] = m.Addr
+		}
+	}
+	return out
+}
+
+// flush sends the control node's outbox (sealed, when encrypted) and
+// publishes a new routing table to the data path when there is one.
 func (a *Agent) flush() {
 	a.flushMu.Lock()
 	defer a.flushMu.Unlock()
 	a.mu.Lock()
 	out := a.node.Outbox()
+	msgs := make([]transport.Message, len(out))
+	for i, o := range out {
+		msgs[i] = transport.Message{Buf: o.Payload, N: len(o.Payload), Addr: o.To}
+	}
+	if a.sec != nil && len(msgs) > 0 {
+		msgs = a.sec.seal(a.clock.Now(), msgs, a.memberAddrs, a.sendNow)
+	}
 	t := a.node.Table()
 	a.mu.Unlock()
-	if len(out) > 0 {
-		msgs := make([]transport.Message, len(out))
-		for i, o := range out {
-			msgs[i] = transport.Message{Buf: o.Payload, N: len(o.Payload), Addr: o.To}
-		}
+	if len(msgs) > 0 {
 		if err := a.engine.Send(msgs); err != nil {
 			a.log.Debug("control send", "err", err)
 		}
@@ -302,6 +356,9 @@ func (a *Agent) resetTimer(timer *time.Timer) {
 	}
 	if d > time.Second {
 		d = time.Second
+	}
+	if a.sec != nil && d > secTickInterval {
+		d = secTickInterval
 	}
 	if !timer.Stop() {
 		select {

@@ -32,6 +32,7 @@ func (a *Agent) Status() api.Status {
 	for k, v := range a.controlCountersLocked() {
 		s.Counters[k] = v
 	}
+	s.Encrypted = a.sec != nil
 	for _, m := range a.node.Members() {
 		s.Members = append(s.Members, api.Member{Name: m.Name, ID: m.ID.String(), Address: m.Addr.String(),
 			State: m.State, SinceSeconds: now.Sub(m.Since).Seconds()})
@@ -69,6 +70,11 @@ func (a *Agent) controlCountersLocked() map[string]uint64 {
 	}
 	for kind, v := range c.DroppedByKind() {
 		out["control_drop_"+kind] = v
+	}
+	if a.sec != nil {
+		for k, v := range a.sec.counters() {
+			out[k] = v
+		}
 	}
 	return out
 }

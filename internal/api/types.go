@@ -25,6 +25,7 @@ type Status struct {
 	ID            string            `json:"id"`
 	Version       string            `json:"version"`
 	Listen        string            `json:"listen"`
+	Encrypted     bool              `json:"encrypted"`
 	UptimeSeconds float64           `json:"uptime_seconds"`
 	Members       []Member          `json:"members"`
 	Networks      []Network         `json:"networks"`

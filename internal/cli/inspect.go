@@ -124,7 +124,11 @@ func printStatus(w io.Writer, raw []byte) error {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "site %s (id %s), detour %s, listening on %s, up %.0f s\n\n", s.Site, s.ID, s.Version, s.Listen, s.UptimeSeconds)
+	enc := "in the clear"
+	if s.Encrypted {
+		enc = "encrypted"
+	}
+	fmt.Fprintf(w, "site %s (id %s), detour %s, listening on %s (%s), up %.0f s\n\n", s.Site, s.ID, s.Version, s.Listen, enc, s.UptimeSeconds)
 	table(w, "MEMBER\tID\tADDRESS\tSTATE\tSINCE", func(tw io.Writer) {
 		for _, m := range s.Members {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1fs\n", m.Name, m.ID, m.Address, m.State, m.SinceSeconds)

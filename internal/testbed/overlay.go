@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/detour-overlay/detour/internal/config"
+	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/scenario"
 )
 
@@ -26,7 +27,7 @@ func startOverlay(ctx context.Context, st *State, sc *scenario.Scenario, o Optio
 		if err := startTinc(st, o.StateDir); err != nil {
 			return err
 		}
-	case "detour":
+	case "detour", "detour-plain":
 		if err := startDetour(ctx, st, sc, o); err != nil {
 			return err
 		}
@@ -179,10 +180,14 @@ func startDetour(ctx context.Context, st *State, sc *scenario.Scenario, o Option
 	if err := os.MkdirAll(cdir, 0o755); err != nil {
 		return err
 	}
+	privs, err := siteKeys(len(st.Sites), o.Overlay == "detour")
+	if err != nil {
+		return err
+	}
 	var started []Proc
 	for i, site := range st.Sites {
 		file := filepath.Join(cdir, tincName(site.Name)+".yaml")
-		if err := writeAgentConfig(st, sc, i, file); err != nil {
+		if err := writeAgentConfig(st, sc, i, privs, file); err != nil {
 			return err
 		}
 		name := "agent-" + tincName(site.Name)
@@ -208,7 +213,25 @@ func startDetour(ctx context.Context, st *State, sc *scenario.Scenario, o Option
 	return nil
 }
 
-func writeAgentConfig(st *State, sc *scenario.Scenario, i int, file string) error {
+// siteKeys returns a new private key per site for an encrypted overlay,
+// or nil keys for one in the clear.
+func siteKeys(n int, encrypted bool) ([]keys.PrivateKey, error) {
+	if !encrypted {
+		return nil, nil
+	}
+	privs := make([]keys.PrivateKey, n)
+	for i := range privs {
+		var err error
+		if privs[i], err = keys.Generate(nil); err != nil {
+			return nil, err
+		}
+	}
+	return privs, nil
+}
+
+// writeAgentConfig writes site i's agent configuration: every other site
+// is a bootstrap peer, with its public key when privs is not nil.
+func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.PrivateKey, file string) error {
 	site := st.Sites[i]
 	a := config.Agent{
 		Site:   site.Name,
@@ -220,10 +243,18 @@ func writeAgentConfig(st *State, sc *scenario.Scenario, i int, file string) erro
 		}},
 		TestClockOffset: sc.Sites[i].ClockOffset.D(),
 	}
+	if privs != nil {
+		a.PrivateKey = privs[i].String()
+	}
 	for j, peer := range st.Sites {
-		if j != i {
-			a.Peers = append(a.Peers, config.Peer{Name: peer.Name, Address: fmt.Sprintf("%s:%d", peer.Underlay, agentPort)})
+		if j == i {
+			continue
 		}
+		p := config.Peer{Name: peer.Name, Address: fmt.Sprintf("%s:%d", peer.Underlay, agentPort)}
+		if privs != nil {
+			p.PublicKey = privs[j].Public().String()
+		}
+		a.Peers = append(a.Peers, p)
 	}
 	a.ApplyDefaults()
 	if err := a.Validate(); err != nil {
@@ -233,7 +264,7 @@ func writeAgentConfig(st *State, sc *scenario.Scenario, i int, file string) erro
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(file, b, 0o644)
+	return os.WriteFile(file, b, 0o600)
 }
 
 // waitOverlay waits until the first host of the first site reaches the

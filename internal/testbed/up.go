@@ -17,7 +17,7 @@ import (
 )
 
 // Overlays the testbed can bring up.
-var Overlays = []string{"none", "vxlan", "tinc", "detour"}
+var Overlays = []string{"none", "vxlan", "tinc", "detour", "detour-plain"}
 
 // Options configure Up.
 type Options struct {
@@ -99,7 +99,7 @@ func overlayOverhead(overlay string) int {
 	switch overlay {
 	case "vxlan":
 		return 50
-	case "tinc", "detour":
+	case "tinc", "detour", "detour-plain":
 		return 100
 	}
 	return 0

@@ -64,6 +64,12 @@ func (t Type) String() string {
 		return "members"
 	case TypeLeave:
 		return "leave"
+	case TypeHandshakeInit:
+		return "handshake-init"
+	case TypeHandshakeResponse:
+		return "handshake-response"
+	case TypeSealed:
+		return "sealed"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

@@ -1,0 +1,215 @@
+package agent
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/config"
+	"github.com/detour-overlay/detour/internal/keys"
+	"github.com/detour-overlay/detour/internal/session"
+	"github.com/detour-overlay/detour/internal/transport"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// secure carries the control plane's datagrams over authenticated,
+// encrypted sessions (package session). The control node stays unaware of
+// it: its outgoing datagrams are sealed to the site at their address, and
+// sealed datagrams are opened before it sees them. Control messages to a
+// site without a session wait, bounded, while the handshake runs. It is
+// used only from the control loop, under the agent's lock.
+type secure struct {
+	node    *session.Node
+	pending map[wire.SiteID][]pendingMsg
+	// byAddr and addrOf map between sites and underlay addresses, from the
+	// configured peers, the members the control node knows, and the
+	// addresses handshakes came from.
+	byAddr map[netip.AddrPort]wire.SiteID
+	addrOf map[wire.SiteID]netip.AddrPort
+	// Counters for the API and metrics.
+	unsealed, spoofed, unknownDest, pendingDropped uint64
+}
+
+type pendingMsg struct {
+	queued  time.Time
+	payload []byte
+}
+
+// Bounds of the queue of control messages waiting for a session.
+const (
+	maxPending    = 32
+	pendingMaxAge = 2 * time.Second
+)
+
+// newSecure builds the session node from the configuration's keys.
+func newSecure(cfg *config.Agent) (*secure, error) {
+	priv, err := keys.ParsePrivate(cfg.PrivateKey)
+	if err != nil {
+		return nil, err
+	}
+	s := &secure{pending: map[wire.SiteID][]pendingMsg{}, byAddr: map[netip.AddrPort]wire.SiteID{}, addrOf: map[wire.SiteID]netip.AddrPort{}}
+	peers := map[wire.SiteID]keys.PublicKey{}
+	for _, p := range cfg.Peers {
+		id := wire.SiteIDFromName(p.Name)
+		if peers[id], err = keys.ParsePublic(p.PublicKey); err != nil {
+			return nil, err
+		}
+		if ap, err := netip.ParseAddrPort(p.Address); err == nil {
+			s.learn(id, ap)
+		}
+	}
+	s.node, err = session.NewNode(session.Config{Self: wire.SiteIDFromName(cfg.Site), Private: priv, Peers: peers})
+	return s, err
+}
+
+// learn records that site is reached at addr.
+func (s *secure) learn(site wire.SiteID, addr netip.AddrPort) {
+	if old, ok := s.addrOf[site]; ok && old != addr {
+		delete(s.byAddr, old)
+	}
+	s.addrOf[site] = addr
+	s.byAddr[addr] = site
+}
+
+// open turns a received datagram into the control datagram the control
+// node should see, or nil. Handshake messages are answered through send.
+func (s *secure) open(now time.Time, from netip.AddrPort, pkt []byte, send func(netip.AddrPort, []byte)) []byte {
+	switch wire.Type(pkt[2]) {
+	case wire.TypeHandshakeInit, wire.TypeHandshakeResponse:
+		res, err := s.node.HandleHandshake(now, pkt)
+		if res.Reply != nil {
+			send(from, res.Reply)
+		}
+		if err == nil {
+			s.learn(res.Peer, from)
+			s.release(now, res.Peer, send)
+		}
+		return nil
+	case wire.TypeSealed:
+		site, inner, err := s.node.OpenControl(pkt)
+		if err != nil {
+			return nil // counted by the session node
+		}
+		s.learn(site, from)
+		s.release(now, site, send)
+		if len(inner) == 0 {
+			return nil // a keepalive
+		}
+		if !senderIs(inner, site) {
+			s.spoofed++
+			return nil
+		}
+		return inner
+	}
+	s.unsealed++ // a control message in the clear: never trusted
+	return nil
+}
+
+// senderIs reports whether a control datagram that names its sender names
+// site. Link state is flooded, so its origin is not its sender.
+func senderIs(inner []byte, site wire.SiteID) bool {
+	if len(inner) < wire.CommonHeaderLen+4 || wire.Type(inner[2]) == wire.TypeLinkState {
+		return true
+	}
+	return wire.SiteID(binary.BigEndian.Uint32(inner[4:8])) == site
+}
+
+// seal turns the control node's outgoing datagrams into sealed ones, or
+// queues them until the destination's session is up.
+func (s *secure) seal(now time.Time, msgs []transport.Message, members func() map[wire.SiteID]netip.AddrPort, send func(netip.AddrPort, []byte)) []transport.Message {
+	out := msgs[:0]
+	for _, m := range msgs {
+		site, ok := s.byAddr[m.Addr]
+		if !ok {
+			for id, a := range members() {
+				s.learn(id, a)
+			}
+			if site, ok = s.byAddr[m.Addr]; !ok {
+				s.unknownDest++
+				continue
+			}
+		}
+		if !s.node.Ready(site) {
+			s.enqueue(now, site, m.Buf[:m.N])
+			if init, err := s.node.Connect(now, site); err == nil && init != nil {
+				send(m.Addr, init)
+			}
+			continue
+		}
+		sealed, err := s.node.SealControl(nil, site, m.Buf[:m.N])
+		if err != nil {
+			continue
+		}
+		out = append(out, transport.Message{Buf: sealed, N: len(sealed), Addr: m.Addr})
+	}
+	return out
+}
+
+func (s *secure) enqueue(now time.Time, site wire.SiteID, payload []byte) {
+	q := s.pending[site]
+	if len(q) >= maxPending {
+		q = q[1:]
+		s.pendingDropped++
+	}
+	s.pending[site] = append(q, pendingMsg{queued: now, payload: payload})
+}
+
+// release sends what waited for site once its session is ready.
+func (s *secure) release(now time.Time, site wire.SiteID, send func(netip.AddrPort, []byte)) {
+	q := s.pending[site]
+	if len(q) == 0 || !s.node.Ready(site) {
+		return
+	}
+	delete(s.pending, site)
+	addr := s.addrOf[site]
+	for _, m := range q {
+		if now.Sub(m.queued) > pendingMaxAge {
+			s.pendingDropped++
+			continue
+		}
+		if sealed, err := s.node.SealControl(nil, site, m.payload); err == nil {
+			send(addr, sealed)
+		}
+	}
+}
+
+// tick runs the session timers and sends the handshakes they produce.
+func (s *secure) tick(now time.Time, send func(netip.AddrPort, []byte)) {
+	for _, o := range s.node.Tick(now) {
+		if addr, ok := s.addrOf[o.To]; ok {
+			send(addr, o.Packet)
+		}
+	}
+	for site, q := range s.pending {
+		if len(q) > 0 && now.Sub(q[len(q)-1].queued) > pendingMaxAge {
+			s.pendingDropped += uint64(len(q))
+			delete(s.pending, site)
+		}
+	}
+}
+
+// counters returns the secure layer's counters by name.
+func (s *secure) counters() map[string]uint64 {
+	st := s.node.Stats()
+	return map[string]uint64{
+		"session_initiations":         st.Initiations,
+		"session_responses":           st.Responses,
+		"session_established":         st.Established,
+		"session_collisions":          st.Collisions,
+		"session_handshake_malformed": st.HandshakeMalformed,
+		"session_handshake_rejected":  st.HandshakeRejected,
+		"session_initiation_replays":  st.InitiationReplays,
+		"session_unknown_peer":        st.UnknownPeer,
+		"session_no_session":          st.NoSession,
+		"session_auth_failures":       st.AuthFailures,
+		"session_hop_auth_failures":   st.HopAuthFailures,
+		"session_replays":             st.Replays,
+		"session_malformed":           st.Malformed,
+		"session_expired":             st.Expired,
+		"session_gave_up":             st.GaveUp,
+		"control_unsealed_dropped":    s.unsealed,
+		"control_spoofed_sender":      s.spoofed,
+		"control_unknown_destination": s.unknownDest,
+		"control_pending_dropped":     s.pendingDropped,
+	}
+}
