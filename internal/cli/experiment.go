@@ -71,7 +71,7 @@ func parseExperiment(args []string, stderr io.Writer) (experimentOptions, error)
 	fs.StringVar(&o.overlays, "overlays", "", "comma-separated overlays (default vxlan,tinc,detour; with --short vxlan,detour)")
 	fs.BoolVar(&o.short, "short", false, "a short run (under 3 minutes) that shows the direction of the effect")
 	fs.StringVar(&o.out, "out", "", "results directory (default results/lanman2017-TIME)")
-	fs.IntVar(&o.ops, "ops", 0, "timed operations of each kind per server and phase (default 40; 10 with --short)")
+	fs.IntVar(&o.ops, "ops", 0, "timed operations of each kind per server and phase (default 40; 15 with --short)")
 	fs.StringVar(&o.continuous, "continuous", "", "overlays with a continuous run (default: all; with --short detour only)")
 	fs.StringVar(&o.store, "store", lanman.ZooKeeper, "replicated store: zookeeper or etcd (3.4, --heartbeat-interval=150 --election-timeout=1500)")
 	fs.StringVar(&o.scenario, "scenario", "lanman2017", "testbed scenario with sites BOR, CLU, LAN, NEU and flow clu-lan")
@@ -117,7 +117,7 @@ func (o experimentOptions) config(bin string, log io.Writer) lanman.Config {
 		TestbedPrefix: envDefault("DETOUR_TESTBED_PREFIX", "dx-"),
 	}
 	if o.short {
-		c.Overlays, c.Ops, c.Warmup = []string{"vxlan", "detour"}, 10, 3
+		c.Overlays, c.Ops, c.Warmup = []string{"vxlan", "detour"}, 15, 3
 		c.Settle, c.ContinuousIdle, c.ContinuousLoad = 3*time.Second, 5*time.Second, 12*time.Second
 		c.ContinuousOverlays = []string{"detour"}
 	}
