@@ -39,6 +39,7 @@ func (r *Result) Summary() []results.Row {
 			continue
 		}
 		row.PredictedMs = r.Predicted[row.Key]
+		row.TruthPredictedMs = r.PredictedTruth[row.Key]
 		out = append(out, row)
 	}
 	return out

@@ -69,8 +69,10 @@ type Config struct {
 // Result is everything the experiment measured.
 type Result struct {
 	Records []results.Record
-	// Predicted holds the model's median per summary cell.
-	Predicted map[results.Key]float64
+	// Predicted holds the model's median per summary cell, from the
+	// delays detour measured (detour) or the ground truth (the others);
+	// PredictedTruth always from the ground truth.
+	Predicted, PredictedTruth map[results.Key]float64
 	// Delays holds, per overlay and phase, the median one-way delay of
 	// every pair: PathDelays from detour's measurements for detour, the
 	// ground truth otherwise; TruthDelays always the ground truth.
@@ -88,11 +90,12 @@ type Result struct {
 // down what it started, also when ctx is cancelled.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res := &Result{
-		Predicted:   map[results.Key]float64{},
-		Delays:      map[[2]string]model.Matrix{},
-		TruthDelays: map[[2]string]model.Matrix{},
-		Continuous:  map[string]*Continuous{},
-		Reroute:     map[string]time.Duration{},
+		Predicted:      map[results.Key]float64{},
+		PredictedTruth: map[results.Key]float64{},
+		Delays:         map[[2]string]model.Matrix{},
+		TruthDelays:    map[[2]string]model.Matrix{},
+		Continuous:     map[string]*Continuous{},
+		Reroute:        map[string]time.Duration{},
 	}
 	if cfg.Store == "" {
 		cfg.Store = ZooKeeper
@@ -383,18 +386,22 @@ func (x *run) predict(phase string, smp *Sampler, recs []results.Record) {
 		}
 	}
 	for k, w := range windows(recs) {
+		key := results.Key{Overlay: x.ov, Phase: phase, Op: k.Op, Server: k.Server}
 		d, _ := smp.Net(w[0], w[1])
-		var v float64
-		var err error
-		if k.Op == string(zoo.Read) {
-			v, err = model.Read(d, Client, k.Server)
-		} else {
-			v, err = model.Write(d, q, Client, k.Server)
+		if v, err := predictOp(d, q, k); err == nil {
+			x.res.Predicted[key] = v
 		}
-		if err == nil {
-			x.res.Predicted[results.Key{Overlay: x.ov, Phase: phase, Op: k.Op, Server: k.Server}] = v
+		if v, err := predictOp(smp.TruthNet(w[0], w[1]), q, k); err == nil {
+			x.res.PredictedTruth[key] = v
 		}
 	}
+}
+
+func predictOp(n model.Net, q model.Quorum, k opKey) (float64, error) {
+	if k.Op == string(zoo.Read) {
+		return model.Read(n, Client, k.Server)
+	}
+	return model.Write(n, q, Client, k.Server)
 }
 
 // opKey is an operation kind through one server.

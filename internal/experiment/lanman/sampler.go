@@ -34,6 +34,8 @@ type delaySample struct {
 	at                time.Time
 	truth, detour     model.Matrix
 	txTruth, txDetour model.Matrix
+	// truthPaths is the ground-truth delay of detour's paths.
+	truthPaths model.Matrix
 }
 
 // MessageBytes is the size on the wire of a message carrying the 1 KB
@@ -72,6 +74,7 @@ func (s *Sampler) sampleOnce(ctx context.Context) {
 		if m, paths, err := s.detourPaths(); err == nil {
 			ds.detour = m
 			ds.txDetour = model.PathDelays(ds.txTruth, paths)
+			ds.truthPaths = model.PathDelays(ds.truth, paths)
 		} else {
 			s.fail(err)
 		}
@@ -158,18 +161,47 @@ func fullPath(src, dst string, p []string) []string {
 // the latest transmission times, from detour's measurements and routes
 // when the overlay is detour, else from the truth.
 func (s *Sampler) Net(from, to time.Time) (model.Net, model.Matrix) {
-	d, tx := s.window(from, to, s.agents != nil)
+	src := fromTruth
+	if s.agents != nil {
+		src = fromDetour
+	}
+	return s.net(from, to, src)
+}
+
+// TruthNet is like Net but always takes the delays from the ground truth
+// (along detour's paths when the overlay is detour): it separates the
+// model's error from that of detour's measurements.
+func (s *Sampler) TruthNet(from, to time.Time) model.Net {
+	src := fromTruth
+	if s.agents != nil {
+		src = fromTruthAlongDetour
+	}
+	n, _ := s.net(from, to, src)
+	return n
+}
+
+func (s *Sampler) net(from, to time.Time, src source) (model.Net, model.Matrix) {
+	d, tx := s.window(from, to, src)
 	return model.Net{Delay: d.Delays(), Tx: func(a, b string) float64 { return tx[[2]string{a, b}] }}, d
 }
+
+// source selects the delays of a sample.
+type source int
+
+const (
+	fromTruth source = iota
+	fromDetour
+	fromTruthAlongDetour
+)
 
 // TruthMedians returns the median ground-truth delay of every directed
 // link over the samples taken between from and to.
 func (s *Sampler) TruthMedians(from, to time.Time) model.Matrix {
-	d, _ := s.window(from, to, false)
+	d, _ := s.window(from, to, fromTruth)
 	return d
 }
 
-func (s *Sampler) window(from, to time.Time, detour bool) (model.Matrix, model.Matrix) {
+func (s *Sampler) window(from, to time.Time, src source) (model.Matrix, model.Matrix) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	vals := map[[2]string][]float64{}
@@ -179,8 +211,11 @@ func (s *Sampler) window(from, to time.Time, detour bool) (model.Matrix, model.M
 			continue
 		}
 		m, t := ds.truth, ds.txTruth
-		if detour {
+		switch src {
+		case fromDetour:
 			m, t = ds.detour, ds.txDetour
+		case fromTruthAlongDetour:
+			m, t = ds.truthPaths, ds.txDetour
 		}
 		for k, v := range m {
 			vals[k] = append(vals[k], v)

@@ -105,6 +105,9 @@ type Row struct {
 	MedianMs    float64
 	P95Ms       float64
 	PredictedMs float64 // zero when no prediction was made
+	// TruthPredictedMs is the prediction from the emulator's ground truth
+	// rather than from the overlay's own measurements (zero if none).
+	TruthPredictedMs float64
 }
 
 // Summarize groups successful records by overlay, phase, operation and
@@ -161,29 +164,35 @@ func Find(rows []Row, k Key) (Row, bool) {
 // column and its error appear when predictions were made.
 func PrintTable(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "overlay\tphase\top\tserver\tn\tmedian ms\tp95 ms\tpredicted ms\terror\t")
+	fmt.Fprintln(tw, "overlay\tphase\top\tserver\tn\tmedian ms\tp95 ms\tpredicted ms\terror\tfrom truth ms\terror\t")
 	for _, r := range rows {
-		pred, diff := "-", "-"
-		if r.PredictedMs > 0 {
-			pred = fmt.Sprintf("%.1f", r.PredictedMs)
-			diff = fmt.Sprintf("%+.1f%%", 100*(r.MedianMs-r.PredictedMs)/r.PredictedMs)
-		}
+		pred, diff := predCells(r.MedianMs, r.PredictedMs)
+		tpred, tdiff := predCells(r.MedianMs, r.TruthPredictedMs)
 		n := strconv.Itoa(r.N)
 		if r.Errors > 0 {
 			n += fmt.Sprintf(" (%d failed)", r.Errors)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t\n", r.Overlay, r.Phase, r.Op, r.Server, n, r.MedianMs, r.P95Ms, pred, diff)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t\n", r.Overlay, r.Phase, r.Op, r.Server, n, r.MedianMs, r.P95Ms, pred, diff, tpred, tdiff)
 	}
 	return tw.Flush()
+}
+
+// predCells formats a prediction and the measured median's deviation from
+// it; "-" when there is none.
+func predCells(measured, predicted float64) (string, string) {
+	if predicted <= 0 {
+		return "-", "-"
+	}
+	return fmt.Sprintf("%.1f", predicted), fmt.Sprintf("%+.1f%%", 100*(measured-predicted)/predicted)
 }
 
 // WriteSummaryCSV writes the summary table as CSV.
 func WriteSummaryCSV(w io.Writer, rows []Row) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"overlay", "phase", "op", "server", "n", "errors", "median_ms", "p95_ms", "predicted_ms"})
+	_ = cw.Write([]string{"overlay", "phase", "op", "server", "n", "errors", "median_ms", "p95_ms", "predicted_ms", "predicted_truth_ms"})
 	for _, r := range rows {
 		_ = cw.Write([]string{r.Overlay, r.Phase, r.Op, r.Server, strconv.Itoa(r.N), strconv.Itoa(r.Errors),
-			f3(r.MedianMs), f3(r.P95Ms), f3(r.PredictedMs)})
+			f3(r.MedianMs), f3(r.P95Ms), f3(r.PredictedMs), f3(r.TruthPredictedMs)})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -202,17 +211,18 @@ func ReadSummaryCSV(r io.Reader) ([]Row, error) {
 	}
 	var rows []Row
 	for i, l := range lines[1:] {
-		if len(l) != 9 {
-			return nil, fmt.Errorf("results: summary line %d: %d fields, want 9", i+2, len(l))
+		if len(l) != 10 {
+			return nil, fmt.Errorf("results: summary line %d: %d fields, want 10", i+2, len(l))
 		}
 		var row Row
 		row.Key = Key{Overlay: l[0], Phase: l[1], Op: l[2], Server: l[3]}
-		var errs [5]error
+		var errs [6]error
 		row.N, errs[0] = strconv.Atoi(l[4])
 		row.Errors, errs[1] = strconv.Atoi(l[5])
 		row.MedianMs, errs[2] = strconv.ParseFloat(l[6], 64)
 		row.P95Ms, errs[3] = strconv.ParseFloat(l[7], 64)
 		row.PredictedMs, errs[4] = strconv.ParseFloat(l[8], 64)
+		row.TruthPredictedMs, errs[5] = strconv.ParseFloat(l[9], 64)
 		for _, e := range errs {
 			if e != nil {
 				return nil, fmt.Errorf("results: summary line %d: %w", i+2, e)
