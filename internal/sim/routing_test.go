@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/detour-overlay/detour/internal/scenario"
-	"github.com/detour-overlay/detour/internal/wire"
 )
 
 const ms = time.Millisecond
@@ -91,8 +90,8 @@ func bestTrue(n *Net, src, dst int, h int) time.Duration {
 
 type oracleReport struct {
 	pairs, relayed, violations int
-	saved, directSum          time.Duration
-	worst                     string
+	saved, directSum           time.Duration
+	worst                      string
 }
 
 // checkOracle compares every site's chosen path with the offline optimum.
@@ -259,4 +258,3 @@ func TestRelayKilled(t *testing.T) {
 	}
 }
 
-var _ = wire.SiteID(0)

@@ -1,0 +1,96 @@
+package sim
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/scenario"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// azureJitter loads azure-16 with 1 ms of jitter on every link and clock
+// offsets of up to ±5 s.
+func azureJitter(t testing.TB, seed uint64) *Net {
+	sc := load(t, "azure-16")
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for i := range sc.Sites {
+		sc.Sites[i].ClockOffset = scenario.Duration(time.Duration(rng.Int64N(int64(10*time.Second))) - 5*time.Second)
+	}
+	n := FromScenario(sc, seed, nil)
+	for k, l := range n.links {
+		l.Jitter = time.Millisecond
+		n.links[k] = l
+	}
+	return n
+}
+
+// TestSteadyJitterNoRouteChanges runs azure-16 with 1 ms jitter for ten
+// simulated minutes after a 10 s warm-up: no route may change, and the
+// chosen paths must still pass the oracle check.
+func TestSteadyJitterNoRouteChanges(t *testing.T) {
+	if testing.Short() {
+		t.Skip("ten simulated minutes of 16 sites")
+	}
+	n := azureJitter(t, 10)
+	start(t, n)
+	n.RunFor(10 * time.Second)
+	before := len(n.Changes)
+	n.RunFor(10 * time.Minute)
+	changes := n.Changes[before:]
+	for _, c := range changes {
+		t.Errorf("route change at +%v: %s → %v: %v → %v", c.At.Sub(Start), c.Site, c.Dest, c.From, c.To)
+	}
+	rep := checkOracle(t, n, 3)
+	t.Logf("10 min of azure-16 with 1 ms jitter: %d route changes, %d events; %d pairs relayed, %d outside the oracle bound",
+		len(changes), n.Events, rep.relayed, rep.violations)
+}
+
+// TestControlTraffic measures the control traffic per site at 16 sites in
+// steady state, by message type.
+func TestControlTraffic(t *testing.T) {
+	n := azureJitter(t, 11)
+	start(t, n)
+	n.RunFor(10 * time.Second)
+	type snap struct{ out, in [8]uint64 }
+	first := map[string]snap{}
+	take := func() map[string]snap {
+		m := map[string]snap{}
+		for _, s := range n.Sites() {
+			c := s.Node.Counters()
+			var sn snap
+			for i := range c.Out {
+				sn.out[i], sn.in[i] = c.Out[i].Bytes, c.In[i].Bytes
+			}
+			m[s.Name] = sn
+		}
+		return m
+	}
+	first = take()
+	const window = 30 * time.Second
+	n.RunFor(window)
+	last := take()
+	var perType [8]float64
+	var total, maxSite float64
+	for name, l := range last {
+		site := 0.0
+		for i := range l.out {
+			b := float64(l.out[i]-first[name].out[i]) / window.Seconds()
+			perType[i] += b / float64(len(last))
+			site += b
+		}
+		total += site / float64(len(last))
+		maxSite = max(maxSite, site)
+	}
+	t.Logf("control traffic at 16 sites, bytes/s sent per site (detour payload, mean): total %.0f (max site %.0f)", total, maxSite)
+	for i, b := range perType {
+		if b > 0 {
+			t.Logf("  %-11s %7.0f B/s", wire.Type(i), b)
+		}
+	}
+	// 15 peers × 10 probes/s × (24 + 40) bytes is 9.6 kB/s of probing; link
+	// state adds about 15 × 380 bytes per second.
+	if total > 20000 {
+		t.Errorf("control traffic %.0f B/s per site, more than the 20 kB/s budget", total)
+	}
+}
