@@ -160,8 +160,9 @@ func (a *Agent) controlConfig() control.Config {
 	}
 	var boot []netip.AddrPort
 	for _, p := range a.cfg.Peers {
-		ap, _ := netip.ParseAddrPort(p.Address)
-		boot = append(boot, ap)
+		if ap, err := netip.ParseAddrPort(p.Address); err == nil {
+			boot = append(boot, ap) // peers without an address are only accepted keys
+		}
 	}
 	cfg := control.DefaultConfig(a.cfg.Site, adv, boot...)
 	cfg.ProbeInterval = a.cfg.ProbeInterval
