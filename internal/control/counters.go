@@ -48,7 +48,7 @@ type Counters struct {
 }
 
 // DroppedByKind returns the non-zero drop counters by name.
-func (c *Counters) DroppedByKind() map[string]uint64 {
+func (c Counters) DroppedByKind() map[string]uint64 {
 	out := map[string]uint64{}
 	for i, v := range c.Dropped {
 		if v != 0 {
@@ -59,7 +59,7 @@ func (c *Counters) DroppedByKind() map[string]uint64 {
 }
 
 // TotalOut returns all control packets and bytes sent.
-func (c *Counters) TotalOut() TypeCount {
+func (c Counters) TotalOut() TypeCount {
 	var t TypeCount
 	for _, x := range c.Out {
 		t.Packets += x.Packets
@@ -70,7 +70,7 @@ func (c *Counters) TotalOut() TypeCount {
 
 // TotalIn returns all control packets and bytes received (dropped ones
 // included).
-func (c *Counters) TotalIn() TypeCount {
+func (c Counters) TotalIn() TypeCount {
 	var t TypeCount
 	for _, x := range c.In {
 		t.Packets += x.Packets
