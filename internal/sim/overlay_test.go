@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
@@ -42,4 +44,50 @@ func TestLeonJapan(t *testing.T) {
 	if d := r.RTTEstimate - 21*time.Millisecond; d < -300*time.Microsecond || d > 300*time.Microsecond {
 		t.Errorf("RTT estimate %v, want 21 ms", r.RTTEstimate)
 	}
+}
+
+// TestGarbageKeepsRouting injects 1000 random datagrams per second into
+// every leon-japan site for 10 s: they are counted as dropped, and the
+// routes stay as they were.
+func TestGarbageKeepsRouting(t *testing.T) {
+	n := FromScenario(load(t, "leon-japan"), 3, nil)
+	start(t, n)
+	n.RunFor(5 * time.Second)
+	before := len(n.Changes)
+	rng := rand.New(rand.NewPCG(5, 5))
+	from := netip.MustParseAddrPort("192.0.2.66:4789")
+	injected := 0
+	for i := 0; i < 10000; i++ {
+		for _, s := range n.Sites() {
+			b := make([]byte, rng.IntN(120))
+			for j := range b {
+				b[j] = byte(rng.IntN(256))
+			}
+			if len(b) > 4 && i%2 == 0 {
+				b[0], b[1], b[2] = 0xD7, 1, byte(2+rng.IntN(6))
+			}
+			n.Inject(s.Name, from, b)
+			injected++
+		}
+		n.RunFor(time.Millisecond)
+	}
+	if len(n.Changes) != before {
+		t.Fatalf("garbage changed routes: %+v", n.Changes[before:])
+	}
+	if got := n.PathNames("Fujisawa", "Seoul"); !slices.Equal(got, []string{"Inagi", "Seoul"}) {
+		t.Fatalf("Fujisawa→Seoul path %v", got)
+	}
+	var dropped uint64
+	for _, s := range n.Sites() {
+		c := s.Node.Counters()
+		for _, v := range c.Dropped {
+			dropped += v
+		}
+	}
+	// A random datagram can be well formed (say, an empty member list);
+	// such rare ones are processed rather than dropped.
+	if dropped+10 < uint64(injected) {
+		t.Fatalf("%d of %d garbage datagrams counted", dropped, injected)
+	}
+	t.Logf("%d garbage datagrams, %d drops counted, routes unchanged", injected, dropped)
 }

@@ -257,4 +257,3 @@ func TestRelayKilled(t *testing.T) {
 		t.Errorf("p95 %v, want < 1.5 s", p95)
 	}
 }
-
