@@ -162,12 +162,31 @@ func (n *Node) onLinkState(now time.Time, from netip.AddrPort, pkt []byte) error
 	if from == o.addr {
 		n.heard(now, o)
 	}
+	old, _ := n.db.Origin(o.id)
 	if n.db.Apply(now, ls) != linkstate.Accepted {
 		return nil
 	}
 	n.flood(o, pkt)
-	n.refresh(now)
+	if cur, _ := n.db.Origin(o.id); old == nil || material(old.Links, cur.Links) {
+		n.refresh(now) // reroute at once; a mere refresh waits for the next tick
+	}
 	return nil
+}
+
+// material reports whether a new report differs from the old one enough to
+// recompute routes at once: a link appeared, vanished or changed state,
+// or its delay moved by 0.1 ms or more.
+func material(old, cur map[wire.SiteID]linkstate.Link) bool {
+	if len(old) != len(cur) {
+		return true
+	}
+	for id, c := range cur {
+		o, ok := old[id]
+		if !ok || o.Up != c.Up || (c.Delay-o.Delay).Abs() >= 100*time.Microsecond || c.Loss != o.Loss {
+			return true
+		}
+	}
+	return false
 }
 
 // flood forwards an origin's report to every member that the origin does

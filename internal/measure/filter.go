@@ -89,6 +89,7 @@ func NewFilter(cfg FilterConfig) *Filter {
 // Reset forgets every sample.
 func (f *Filter) Reset() {
 	f.samples = f.samples[:0]
+	f.sorted = f.sorted[:0]
 	f.hasLast, f.run, f.jitter = false, 0, 0
 }
 
@@ -100,11 +101,26 @@ func (f *Filter) Add(now time.Time, v time.Duration) {
 		f.detectStep(v)
 	}
 	if len(f.samples) == f.cfg.Window {
+		f.removeSorted(f.samples[0].v)
 		copy(f.samples, f.samples[1:])
 		f.samples = f.samples[:len(f.samples)-1]
 	}
 	f.samples = append(f.samples, sample{now, v})
-	f.recompute()
+	f.insertSorted(v)
+	f.summarise()
+}
+
+// insertSorted and removeSorted keep f.sorted in step with f.samples in
+// linear time.
+func (f *Filter) insertSorted(v time.Duration) {
+	i, _ := slices.BinarySearch(f.sorted, v)
+	f.sorted = slices.Insert(f.sorted, i, v)
+}
+
+func (f *Filter) removeSorted(v time.Duration) {
+	if i, ok := slices.BinarySearch(f.sorted, v); ok {
+		f.sorted = slices.Delete(f.sorted, i, i+1)
+	}
 }
 
 // trackJitter keeps the RFC 3550 style smoothed mean of the absolute
@@ -141,6 +157,7 @@ func (f *Filter) detectStep(v time.Duration) {
 	if f.run >= f.cfg.StepCount {
 		keep := f.cfg.StepCount - 1 // the current sample is appended next
 		f.samples = append(f.samples[:0], f.samples[len(f.samples)-keep:]...)
+		f.recompute()
 		f.run, f.runSign = 0, 0
 		f.steps++
 	}
@@ -154,6 +171,7 @@ func (f *Filter) expire(now time.Time) {
 	}
 	if i > 0 {
 		f.samples = append(f.samples[:0], f.samples[i:]...)
+		f.recompute()
 	}
 }
 
@@ -163,6 +181,14 @@ func (f *Filter) recompute() {
 		f.sorted = append(f.sorted, s.v)
 	}
 	slices.Sort(f.sorted)
+	f.summarise()
+}
+
+// summarise derives the estimate and spread from f.sorted.
+func (f *Filter) summarise() {
+	if len(f.sorted) == 0 {
+		return
+	}
 	f.est = lowMean(f.sorted, f.cfg.LowFraction)
 	f.spread = quantile(f.sorted, 0.9) - quantile(f.sorted, 0.1)
 }
@@ -193,9 +219,6 @@ func (f *Filter) Estimate(now time.Time) (time.Duration, bool) {
 	f.expire(now)
 	if len(f.samples) == 0 {
 		return 0, false
-	}
-	if len(f.sorted) != len(f.samples) {
-		f.recompute()
 	}
 	return f.est, true
 }
