@@ -29,9 +29,11 @@ func init() {
 
 const testbedUsage = `usage: detour testbed COMMAND [ARGS]
 
-  up SCENARIO [--overlay none|vxlan|tinc|detour] [--underlay-mtu N] [--foreground]
+  up SCENARIO [--overlay none|vxlan|tinc|detour|detour-plain] [--underlay emulator|kernel]
+        [--underlay-mtu N] [--foreground]
         bring up a testbed; SCENARIO is a file or a shipped name
-        (%s)
+        (%s); --underlay kernel joins the gateways with plain kernel
+        links (no emulated delay; link, truth and traffic are unavailable)
   down                         remove every namespace, link and process
   status [--json]              what is up
   exec SITE[/HOST] [--gateway] -- CMD...
@@ -117,6 +119,7 @@ func wantArgs(pos []string, n int, what string) error {
 func tbUp(args []string, stdout, stderr io.Writer) error {
 	fs, state := newFlags("up", stderr)
 	overlay := fs.String("overlay", "none", "overlay: none, vxlan, tinc or detour")
+	underlay := fs.String("underlay", testbed.UnderlayEmulator, "underlay: emulator (the scenario's WAN) or kernel (plain kernel links, to measure overlays alone)")
 	mtu := fs.Int("underlay-mtu", 0, "underlay MTU (default: the scenario's, else 1500)")
 	fg := fs.Bool("foreground", false, "stay in the foreground; Ctrl-C or SIGTERM tears the testbed down")
 	prefix := fs.String("prefix", envOr("DETOUR_TESTBED_PREFIX", testbed.DefaultPrefix), "prefix of namespace names")
@@ -135,14 +138,14 @@ func tbUp(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	t0 := time.Now()
 	st, err := testbed.Up(ctx, testbed.Options{
-		Scenario: pos[0], Overlay: *overlay, UnderlayMTU: *mtu, StateDir: *state,
+		Scenario: pos[0], Overlay: *overlay, Underlay: *underlay, UnderlayMTU: *mtu, StateDir: *state,
 		Prefix: *prefix, Self: self, Log: stderr,
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "testbed %s up in %.2fs: %d sites, overlay %s, underlay MTU %d, host MTU %d\n",
-		st.Scenario, time.Since(t0).Seconds(), len(st.Sites), st.Overlay, st.UnderlayMTU, st.HostMTU)
+	fmt.Fprintf(stdout, "testbed %s up in %.2fs: %d sites, overlay %s, underlay %s, underlay MTU %d, host MTU %d\n",
+		st.Scenario, time.Since(t0).Seconds(), len(st.Sites), st.Overlay, underlayName(st), st.UnderlayMTU, st.HostMTU)
 	printSites(stdout, st)
 	if !*fg {
 		return nil
@@ -209,8 +212,8 @@ func tbStatus(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		return writeJSONOut(stdout, s)
 	}
-	fmt.Fprintf(stdout, "scenario %s, overlay %s, underlay MTU %d, host MTU %d, up since %s\n",
-		s.Scenario, s.Overlay, s.UnderlayMTU, s.HostMTU, s.Created.Format(time.RFC3339))
+	fmt.Fprintf(stdout, "scenario %s, overlay %s, underlay %s, underlay MTU %d, host MTU %d, up since %s\n",
+		s.Scenario, s.Overlay, underlayName(&s.State), s.UnderlayMTU, s.HostMTU, s.Created.Format(time.RFC3339))
 	printSites(stdout, &s.State)
 	names := make([]string, 0, len(s.Alive))
 	for n := range s.Alive {
@@ -387,4 +390,12 @@ func tbWanem(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return testbed.RunEmulator(*state)
+}
+
+// underlayName names what carries a testbed's underlay.
+func underlayName(st *testbed.State) string {
+	if st.UsesEmulator() {
+		return testbed.UnderlayEmulator
+	}
+	return testbed.UnderlayKernel
 }

@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"errors"
 	"fmt"
 	"os/exec"
 	"strconv"
@@ -86,7 +87,7 @@ func Exec(ns string, cmd []string) error {
 // SetLink changes the directed link from -> to (and to -> from with
 // both) in the running emulator.
 func SetLink(dir, from, to string, both bool, patch scenario.Patch) (*wanem.SetResult, error) {
-	if _, err := LoadState(dir); err != nil {
+	if err := needEmulator(dir); err != nil {
 		return nil, err
 	}
 	var res wanem.SetResult
@@ -99,7 +100,7 @@ func SetLink(dir, from, to string, both bool, patch scenario.Patch) (*wanem.SetR
 
 // GetTruth returns the emulator's ground truth for every directed link.
 func GetTruth(dir string) (*wanem.Truth, error) {
-	if _, err := LoadState(dir); err != nil {
+	if err := needEmulator(dir); err != nil {
 		return nil, err
 	}
 	var t wanem.Truth
@@ -111,7 +112,7 @@ func GetTruth(dir string) (*wanem.Truth, error) {
 
 // Traffic starts, stops or lists (action "list") cross-traffic flows.
 func Traffic(dir, action, name string) (*TrafficResult, error) {
-	if _, err := LoadState(dir); err != nil {
+	if err := needEmulator(dir); err != nil {
 		return nil, err
 	}
 	var res TrafficResult
@@ -119,4 +120,21 @@ func Traffic(dir, action, name string) (*TrafficResult, error) {
 		return nil, err
 	}
 	return &res, nil
+}
+
+// ErrNoEmulator is returned by operations that need the WAN emulator on a
+// testbed whose underlay is made of kernel links.
+var ErrNoEmulator = errors.New("this testbed runs on a kernel underlay (--underlay kernel): there is no emulator to change links, report truth or run cross traffic")
+
+// needEmulator loads the state and checks that the emulator carries the
+// underlay.
+func needEmulator(dir string) error {
+	st, err := LoadState(dir)
+	if err != nil {
+		return err
+	}
+	if !st.UsesEmulator() {
+		return ErrNoEmulator
+	}
+	return nil
 }

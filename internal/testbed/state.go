@@ -31,8 +31,11 @@ const DefaultPrefix = "dt-"
 
 // State is what a running testbed consists of.
 type State struct {
-	Scenario    string      `json:"scenario"`
-	Overlay     string      `json:"overlay"`
+	Scenario string `json:"scenario"`
+	Overlay  string `json:"overlay"`
+	// Underlay is UnderlayEmulator or UnderlayKernel; empty in states
+	// written before kernel underlays existed, which means the emulator.
+	Underlay    string      `json:"underlay,omitempty"`
 	Prefix      string      `json:"prefix"`
 	UnderlayMTU int         `json:"underlay_mtu"`
 	HostMTU     int         `json:"host_mtu"`
@@ -60,6 +63,9 @@ type HostState struct {
 // Namespaces lists every namespace of the testbed.
 func (s *State) Namespaces() []string {
 	var ns []string
+	if !s.UsesEmulator() {
+		ns = append(ns, UnderlayNS(s.Prefix))
+	}
 	for _, site := range s.Sites {
 		ns = append(ns, site.Gateway)
 		for _, h := range site.Hosts {
@@ -68,6 +74,9 @@ func (s *State) Namespaces() []string {
 	}
 	return ns
 }
+
+// UsesEmulator reports whether the WAN emulator carries the underlay.
+func (s *State) UsesEmulator() bool { return s.Underlay != UnderlayKernel }
 
 // Site returns the named site (case-insensitive) or nil.
 func (s *State) Site(name string) *SiteState {

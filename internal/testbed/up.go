@@ -27,8 +27,10 @@ type Options struct {
 	Overlay string
 	// UnderlayMTU overrides the scenario's underlay MTU when non-zero.
 	UnderlayMTU int
-	StateDir    string
-	Prefix      string
+	// Underlay is one of Underlays; empty means UnderlayEmulator.
+	Underlay string
+	StateDir string
+	Prefix   string
 	// Self is the path of the detour binary, run for the emulator and the
 	// detour agents.
 	Self string
@@ -54,6 +56,12 @@ func (o *Options) Validate() (*scenario.Scenario, error) {
 	}
 	if !contains(Overlays, o.Overlay) {
 		return nil, fmt.Errorf("--overlay %q: want one of %s", o.Overlay, strings.Join(Overlays, ", "))
+	}
+	if o.Underlay == "" {
+		o.Underlay = UnderlayEmulator
+	}
+	if !contains(Underlays, o.Underlay) {
+		return nil, fmt.Errorf("--underlay %q: want one of %s", o.Underlay, strings.Join(Underlays, ", "))
 	}
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
@@ -144,7 +152,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		do   func() error
 	}{
 		{"namespaces", func() error { return createSites(st) }},
-		{"emulator", func() error { return startEmulator(ctx, st, o) }},
+		{"underlay " + o.Underlay, func() error { return startUnderlay(ctx, st, o) }},
 		{"overlay " + o.Overlay, func() error { return startOverlay(ctx, st, sc, o) }},
 	}
 	for _, s := range steps {
@@ -164,15 +172,32 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	if err := st.Save(o.StateDir); err != nil {
 		return nil, err
 	}
-	if err := wanem.Call(socketPath(o.StateDir), wanem.Request{Op: "timeline"}, nil); err != nil {
-		return nil, fmt.Errorf("starting the timeline: %w", err)
+	if st.UsesEmulator() {
+		return st, startTimeline(o.StateDir)
 	}
 	return st, nil
 }
 
+// startUnderlay joins the gateways: through the WAN emulator, or with
+// plain kernel links.
+func startUnderlay(ctx context.Context, st *State, o Options) error {
+	if o.Underlay == UnderlayKernel {
+		return makeKernelUnderlay(st)
+	}
+	return startEmulator(ctx, st, o)
+}
+
+// startTimeline tells the emulator to run the scenario's timed events.
+func startTimeline(dir string) error {
+	if err := wanem.Call(socketPath(dir), wanem.Request{Op: "timeline"}, nil); err != nil {
+		return fmt.Errorf("starting the timeline: %w", err)
+	}
+	return nil
+}
+
 func newState(sc *scenario.Scenario, o Options) *State {
 	st := &State{
-		Scenario: sc.Name, Overlay: o.Overlay, Prefix: o.Prefix,
+		Scenario: sc.Name, Overlay: o.Overlay, Underlay: o.Underlay, Prefix: o.Prefix,
 		UnderlayMTU: sc.UnderlayMTU, HostMTU: sc.UnderlayMTU - overlayOverhead(o.Overlay),
 		Created: time.Now(),
 	}
