@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 
 	"github.com/detour-overlay/detour/internal/device"
+	"github.com/detour-overlay/detour/internal/edge"
 	"github.com/detour-overlay/detour/internal/fdb"
 	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/transport"
@@ -92,21 +93,36 @@ type routesBox struct{ r Routes }
 type Engine struct {
 	self    wire.SiteID
 	conn    transport.Conn
-	ports   map[uint32]*Port
 	control ControlHandler
 	now     func() int64
 	crypto  Crypto
 	routes  atomic.Pointer[routesBox]
 	writeMu sync.Mutex // serialises writers of conn
 	stats   Stats
+
+	// ports maps network IDs to ports; it is replaced, never changed, so
+	// the loops read it without locks. portMu serialises the writers.
+	ports  atomic.Pointer[map[uint32]*Port]
+	portMu sync.Mutex
+	loops  sync.WaitGroup
+	errMu  sync.Mutex
+	err    error
+	run    bool
+
+	// mss packs the clamp for IPv4 (high 16 bits) and IPv6 (low 16 bits);
+	// zero disables clamping.
+	mss    atomic.Uint32
+	shaper atomic.Pointer[edge.Shaper]
 }
 
 // New returns an engine; Run starts it.
 func New(cfg Config) *Engine {
-	e := &Engine{self: cfg.Self, conn: cfg.Conn, control: cfg.Control, now: cfg.Now, crypto: cfg.Crypto, ports: map[uint32]*Port{}}
+	e := &Engine{self: cfg.Self, conn: cfg.Conn, control: cfg.Control, now: cfg.Now, crypto: cfg.Crypto}
+	ports := map[uint32]*Port{}
 	for _, p := range cfg.Ports {
-		e.ports[p.Network] = p
+		ports[p.Network] = p
 	}
+	e.ports.Store(&ports)
 	e.routes.Store(&routesBox{r: noRoutes{}})
 	return e
 }
@@ -114,8 +130,71 @@ func New(cfg Config) *Engine {
 // SetRoutes publishes a new routing snapshot.
 func (e *Engine) SetRoutes(r Routes) { e.routes.Store(&routesBox{r: r}) }
 
+// SetMSS sets the largest TCP segment hosts may announce in SYNs crossing
+// this site (IPv4 and IPv6); zero disables clamping.
+func (e *Engine) SetMSS(v4, v6 uint16) { e.mss.Store(uint32(v4)<<16 | uint32(v6)) }
+
+// SetShaper installs the egress rate limits (nil for none).
+func (e *Engine) SetShaper(s *edge.Shaper) { e.shaper.Store(s) }
+
 // Stats returns the engine's counters.
 func (e *Engine) Stats() *Stats { return &e.stats }
+
+// Port returns the port of a network.
+func (e *Engine) Port(network uint32) *Port { return (*e.ports.Load())[network] }
+
+// Ports returns the ports, in no particular order.
+func (e *Engine) Ports() []*Port {
+	var out []*Port
+	for _, p := range *e.ports.Load() {
+		out = append(out, p)
+	}
+	return out
+}
+
+// ErrPortExists is returned by AddPort for a network already attached.
+var ErrPortExists = errors.New("datapath: network already attached")
+
+// AddPort attaches a network; if the engine runs, its device loop starts.
+func (e *Engine) AddPort(p *Port) error {
+	e.portMu.Lock()
+	defer e.portMu.Unlock()
+	old := *e.ports.Load()
+	if _, ok := old[p.Network]; ok {
+		return ErrPortExists
+	}
+	ports := make(map[uint32]*Port, len(old)+1)
+	for id, q := range old {
+		ports[id] = q
+	}
+	ports[p.Network] = p
+	e.ports.Store(&ports)
+	if e.run {
+		e.startLoop(func() error { return e.deviceLoop(p) })
+	}
+	return nil
+}
+
+// RemovePort detaches a network: frames for it are dropped from now on.
+// It returns the removed port, whose device the caller closes (which ends
+// its loop).
+func (e *Engine) RemovePort(network uint32) *Port {
+	e.portMu.Lock()
+	defer e.portMu.Unlock()
+	old := *e.ports.Load()
+	p := old[network]
+	if p == nil {
+		return nil
+	}
+	ports := make(map[uint32]*Port, len(old))
+	for id, q := range old {
+		if id != network {
+			ports[id] = q
+		}
+	}
+	e.ports.Store(&ports)
+	return p
+}
 
 // Send writes control datagrams on the engine's socket; the control plane
 // uses it so that all writers share one lock.
@@ -127,24 +206,36 @@ func (e *Engine) Send(msgs []transport.Message) error {
 }
 
 // Run forwards until the socket and devices are closed. It returns nil
-// after a clean close.
+// after a clean close, or the first error a loop ended with.
 func (e *Engine) Run() error {
-	var wg sync.WaitGroup
-	errs := make(chan error, len(e.ports)+1)
-	wg.Add(1)
-	go func() { defer wg.Done(); errs <- e.underlayLoop() }()
-	for _, p := range e.ports {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs <- e.deviceLoop(p) }()
+	e.portMu.Lock()
+	e.run = true
+	e.startLoop(e.underlayLoop)
+	for _, p := range *e.ports.Load() {
+		e.startLoop(func() error { return e.deviceLoop(p) })
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	e.portMu.Unlock()
+	e.loops.Wait()
+	e.errMu.Lock()
+	defer e.errMu.Unlock()
+	return e.err
+}
+
+// startLoop runs f in a goroutine and records its error unless it only
+// reports a closed socket or device.
+func (e *Engine) startLoop(f func() error) {
+	e.loops.Add(1)
+	go func() {
+		defer e.loops.Done()
+		err := f()
 		if err != nil && !errors.Is(err, transport.ErrClosed) && !errors.Is(err, device.ErrClosed) {
-			return err
+			e.errMu.Lock()
+			if e.err == nil {
+				e.err = err
+			}
+			e.errMu.Unlock()
 		}
-	}
-	return nil
+	}()
 }
 
 type noRoutes struct{}

@@ -133,7 +133,7 @@ func TestBroadcastReachesEverySiteOnceAndUnicastIsRelayed(t *testing.T) {
 	if r := b.eng.Stats().Relayed.Load(); r != 1 {
 		t.Errorf("b relayed %d packets, want 1", r)
 	}
-	if got, ok := c.eng.ports[testNet].FDB.Lookup(fdb.MAC{0xa, 0, 0, 0, 0, 0xa}, time.Now().UnixNano()); !ok || got != 1 {
+	if got, ok := c.eng.Port(testNet).FDB.Lookup(fdb.MAC{0xa, 0, 0, 0, 0, 0xa}, time.Now().UnixNano()); !ok || got != 1 {
 		t.Errorf("c learned host a at %v, %v; want site 1", got, ok)
 	}
 }

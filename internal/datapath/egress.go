@@ -1,6 +1,9 @@
 package datapath
 
 import (
+	"time"
+
+	"github.com/detour-overlay/detour/internal/edge"
 	"github.com/detour-overlay/detour/internal/fdb"
 	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/transport"
@@ -50,11 +53,32 @@ func (e *Engine) deviceLoop(p *Port) error {
 		if err != nil {
 			return err
 		}
+		if e.Port(p.Network) != p {
+			return nil // detached
+		}
+		g.shape(n)
 		g.msgs, g.nflood = g.msgs[:0], 0
 		for i := 0; i < n; i++ {
 			g.forward(i, g.sizes[i])
 		}
 		g.flushBatch()
+	}
+}
+
+// shape waits as long as the network's rate limits ask for the batch of n
+// frames, delaying (not dropping) traffic above them.
+func (g *egress) shape(n int) {
+	s := g.e.shaper.Load()
+	if s == nil {
+		return
+	}
+	total := 0
+	for _, size := range g.sizes[:n] {
+		total += size
+	}
+	if d := s.Delay(g.port.Network, total, time.Now()); d > 0 {
+		g.e.stats.Shaped.Add(1)
+		time.Sleep(d)
 	}
 }
 
@@ -67,6 +91,9 @@ func (g *egress) forward(i, n int) {
 	if n < 14 {
 		e.stats.DropMalformed.Add(1)
 		return
+	}
+	if mss := e.mss.Load(); mss != 0 && edge.ClampMSS(frame, uint16(mss>>16), uint16(mss)) {
+		e.stats.MSSClamped.Add(1)
 	}
 	now := e.now()
 	var dst, src fdb.MAC

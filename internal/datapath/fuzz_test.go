@@ -70,9 +70,9 @@ func FuzzIngress(f *testing.F) {
 // destination; it must not allocate.
 func BenchmarkEgressUnicast(b *testing.B) {
 	e := benchEngine()
-	g := e.newEgress(e.ports[testNet])
+	g := e.newEgress(e.Port(testNet))
 	fr := frame(0xc, 0xa, string(make([]byte, 1400)))
-	e.ports[testNet].FDB.Learn(fdb.MAC{0xc, 0, 0, 0, 0, 0xc}, 3, 0)
+	e.Port(testNet).FDB.Learn(fdb.MAC{0xc, 0, 0, 0, 0, 0xc}, 3, 0)
 	copy(g.frames[0], fr)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(fr)))

@@ -43,8 +43,8 @@ func holdEngine() (*Engine, *egress, *recordingConn) {
 	rc := &recordingConn{sent: make(chan sentPacket, 1000)}
 	e := New(Config{Self: 1, Conn: rc, Ports: []*Port{{Network: testNet, Dev: nopDev{}, FDB: fdb.New(time.Minute)}},
 		Now: func() int64 { return time.Now().UnixNano() }})
-	g := e.newEgress(e.ports[testNet])
-	e.ports[testNet].FDB.Learn(hostC, 3, time.Now().UnixNano())
+	g := e.newEgress(e.Port(testNet))
+	e.Port(testNet).FDB.Learn(hostC, 3, time.Now().UnixNano())
 	return e, g, rc
 }
 

@@ -96,7 +96,7 @@ func (in *ingress) deliver(pkt []byte, off int) {
 		e.stats.DropMalformed.Add(1)
 		return
 	}
-	p := e.ports[h.Network]
+	p := (*e.ports.Load())[h.Network]
 	if p == nil {
 		e.stats.DropUnknownNetwork.Add(1)
 		return

@@ -14,6 +14,8 @@ type Stats struct {
 	Relayed         atomic.Uint64 // data packets forwarded for other sites
 	Flooded         atomic.Uint64 // frames sent to every site
 	ControlIn       atomic.Uint64 // control datagrams handed to the control plane
+	MSSClamped      atomic.Uint64 // TCP SYNs whose MSS option was lowered
+	Shaped          atomic.Uint64 // device batches delayed by a rate limit
 	Holds           atomic.Uint64 // switches to a shorter path that held packets back
 	Held            atomic.Uint64 // packets held back during such switches
 
@@ -40,6 +42,8 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"relayed":              s.Relayed.Load(),
 		"flooded":              s.Flooded.Load(),
 		"control_in":           s.ControlIn.Load(),
+		"mss_clamped":          s.MSSClamped.Load(),
+		"shaped":               s.Shaped.Load(),
 		"holds":                s.Holds.Load(),
 		"held":                 s.Held.Load(),
 		"drop_malformed":       s.DropMalformed.Load(),
