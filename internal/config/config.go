@@ -67,6 +67,14 @@ type Agent struct {
 	ProbeInterval time.Duration `yaml:"probe_interval,omitempty"`
 	// MaxHops is the largest number of underlay hops on a path (H).
 	MaxHops int `yaml:"max_hops,omitempty"`
+	// EgressRate is the site's total egress capacity shared by its
+	// networks' traffic (the access link); zero for no limit. Networks'
+	// guaranteed rates (min_rate) are honoured within it.
+	EgressRate Rate `yaml:"egress_rate,omitempty"`
+	// UnderlayMTU is the MTU of the underlay when it cannot be read from
+	// the interface of the listen address (a wildcard listen address);
+	// zero means 1500.
+	UnderlayMTU int `yaml:"underlay_mtu,omitempty"`
 	// TestClockOffset shifts this agent's clock; it exists only so tests can
 	// show that routing needs no synchronised clocks.
 	TestClockOffset time.Duration `yaml:"test_clock_offset,omitempty"`
@@ -89,8 +97,15 @@ type Network struct {
 	TAP string `yaml:"tap,omitempty"`
 	// Bridge, when set, is a Linux bridge the TAP device is attached to.
 	Bridge string `yaml:"bridge,omitempty"`
-	// MTU of the TAP device.
+	// MTU of the TAP device: the hosts' MTU. It may exceed what the
+	// underlay carries: TCP segments are clamped to fit, and larger
+	// packets are fragmented on the underlay.
 	MTU int `yaml:"mtu,omitempty"`
+	// MaxRate caps this network's egress from this site; zero for none.
+	MaxRate Rate `yaml:"max_rate,omitempty"`
+	// MinRate is the egress this network is guaranteed when networks
+	// compete for the site's egress_rate.
+	MinRate Rate `yaml:"min_rate,omitempty"`
 }
 
 // ErrInvalid is matched (errors.Is) by every validation error.
@@ -210,6 +225,12 @@ func (a *Agent) Validate() error {
 	if a.ProbeInterval < 10*time.Millisecond || a.ProbeInterval > 5*time.Second {
 		return &FieldError{Field: "probe_interval", Msg: fmt.Sprintf("%v is outside 10ms..5s", a.ProbeInterval)}
 	}
+	if a.UnderlayMTU != 0 && (a.UnderlayMTU < 576 || a.UnderlayMTU > 65535) {
+		return &FieldError{Field: "underlay_mtu", Msg: fmt.Sprintf("%d is outside 576..65535", a.UnderlayMTU)}
+	}
+	if err := validateRates(a); err != nil {
+		return err
+	}
 	if a.MaxHops < 1 || a.MaxHops > maxPath {
 		return &FieldError{Field: "max_hops", Msg: fmt.Sprintf("%d is outside 1..%d", a.MaxHops, maxPath)}
 	}
@@ -263,6 +284,25 @@ func validatePeers(a *Agent) error {
 		if err != nil || ap.Port() == 0 || ap.Addr().IsUnspecified() {
 			return &FieldError{Field: field + ".address", Msg: fmt.Sprintf("%q is not an IP:port address", p.Address)}
 		}
+	}
+	return nil
+}
+
+// validateRates checks that guarantees fit under ceilings and the site's
+// egress capacity.
+func validateRates(a *Agent) error {
+	var sum Rate
+	for i, n := range a.Networks {
+		if n.MaxRate > 0 && n.MinRate > n.MaxRate {
+			return &FieldError{Field: fmt.Sprintf("networks[%d].min_rate", i), Msg: fmt.Sprintf("%v exceeds max_rate %v", n.MinRate, n.MaxRate)}
+		}
+		sum += n.MinRate
+	}
+	if sum > 0 && a.EgressRate == 0 {
+		return &FieldError{Field: "egress_rate", Msg: "missing: networks have a min_rate, which is guaranteed within the site's egress_rate"}
+	}
+	if a.EgressRate > 0 && sum > a.EgressRate {
+		return &FieldError{Field: "egress_rate", Msg: fmt.Sprintf("%v is less than the networks' guaranteed rates (%v in all)", a.EgressRate, sum)}
 	}
 	return nil
 }

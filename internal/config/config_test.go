@@ -85,6 +85,9 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"bad private key", "site: a\nlisten: 198.18.0.1:1\nprivate_key: abc\n", "line 3: private_key: bad key"},
 		{"peer key without own key", "site: a\nlisten: 198.18.0.1:1\npeers:\n  - name: b\n    public_key: " + pubB + "\n", "private_key: missing"},
 		{"own key without peer key", "site: a\nlisten: 198.18.0.1:1\nprivate_key: " + privA + "\npeers:\n  - name: b\n    address: 198.18.0.2:1\n", "line 5: peers[0].public_key: missing"},
+		{"bad rate", "site: a\nlisten: 198.18.0.1:1\negress_rate: fast\n", "not a rate"},
+		{"min over max", "site: a\nlisten: 198.18.0.1:1\negress_rate: 100mbit\nnetworks:\n  - name: n\n    id: 4\n    tap: t0\n    max_rate: 10mbit\n    min_rate: 20mbit\n", "networks[0].min_rate: 20mbit exceeds max_rate 10mbit"},
+		{"guarantees over capacity", "site: a\nlisten: 198.18.0.1:1\negress_rate: 10mbit\nnetworks:\n  - name: n\n    id: 4\n    tap: t0\n    min_rate: 20mbit\n", "line 3: egress_rate: 10mbit is less"},
 		{"bad peer key", "site: a\nlisten: 198.18.0.1:1\nprivate_key: " + privA + "\npeers:\n  - name: b\n    public_key: AAAA\n", "line 6: peers[0].public_key: bad key"},
 	}
 	for _, c := range cases {
@@ -100,5 +103,22 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 				t.Errorf("error %q does not contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+func TestRates(t *testing.T) {
+	for in, want := range map[string]Rate{"20mbit": 20e6, "1.5gbit": 1.5e9, "800kbit": 800e3, "20Mbit/s": 20e6, "1000": 1000, "10mbps": 10e6} {
+		got, err := ParseRate(in)
+		if err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "fast", "-3mbit", "mbit"} {
+		if _, err := ParseRate(bad); err == nil {
+			t.Errorf("ParseRate(%q) accepted", bad)
+		}
+	}
+	if s := Rate(20e6).String(); s != "20mbit" {
+		t.Errorf("String = %q", s)
 	}
 }
