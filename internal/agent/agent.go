@@ -22,6 +22,7 @@ import (
 	"github.com/detour-overlay/detour/internal/control"
 	"github.com/detour-overlay/detour/internal/datapath"
 	"github.com/detour-overlay/detour/internal/device"
+	"github.com/detour-overlay/detour/internal/edge"
 	"github.com/detour-overlay/detour/internal/fdb"
 	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/transport"
@@ -36,7 +37,11 @@ type Agent struct {
 	clock   *Clock
 	conn    transport.Conn
 	ports   []*datapath.Port
-	netCfg  map[uint32]config.Network
+	netCfg  map[uint32]config.Network // guarded by mu
+	given   map[uint32]device.Device  // devices from Options, for tests
+	shaper  *edge.Shaper
+	mssV4   uint16 // the clamp in force, guarded by mu
+	mssV6   uint16
 	engine  *datapath.Engine
 	version string
 
@@ -114,6 +119,12 @@ func New(cfg *config.Agent, opt Options) (*Agent, error) {
 		dcfg.Crypto = a.sec.node
 	}
 	a.engine = datapath.New(dcfg)
+	a.shaper = edge.NewShaper(float64(cfg.EgressRate))
+	for _, n := range cfg.Networks {
+		a.shaper.Set(n.ID, edge.Limits{MaxBps: float64(n.MaxRate), MinBps: float64(n.MinRate)})
+	}
+	a.engine.SetShaper(a.shaper)
+	a.updateMSS()
 	a.registry = a.newRegistry()
 	return a, nil
 }
@@ -135,22 +146,33 @@ func (a *Agent) openUnderlay() error {
 }
 
 func (a *Agent) openDevices(given map[uint32]device.Device) error {
+	a.given = given
 	for _, n := range a.cfg.Networks {
+		p, err := a.openPort(n)
+		if err != nil {
+			return err
+		}
 		a.netCfg[n.ID] = n
-		dev, ok := given[n.ID]
-		if given == nil {
-			tap, err := device.OpenTAP(n.TAP, n.MTU, n.Bridge)
-			if err != nil {
-				return fmt.Errorf("network %s: %w", n.Name, err)
-			}
-			dev, ok = tap, true
-		}
-		if !ok {
-			return fmt.Errorf("network %s: no device given", n.Name)
-		}
-		a.ports = append(a.ports, &datapath.Port{Network: n.ID, Dev: dev, FDB: fdb.New(fdb.DefaultTTL)})
+		a.ports = append(a.ports, p)
 	}
 	return nil
+}
+
+// openPort opens the device of a network: a TAP device, or the one given
+// in Options.
+func (a *Agent) openPort(n config.Network) (*datapath.Port, error) {
+	dev, ok := a.given[n.ID]
+	if a.given == nil {
+		tap, err := device.OpenTAP(n.TAP, n.MTU, n.Bridge)
+		if err != nil {
+			return nil, fmt.Errorf("network %s: %w", n.Name, err)
+		}
+		dev, ok = tap, true
+	}
+	if !ok {
+		return nil, fmt.Errorf("network %s: no device given", n.Name)
+	}
+	return &datapath.Port{Network: n.ID, Dev: dev, FDB: fdb.New(fdb.DefaultTTL)}, nil
 }
 
 func (a *Agent) controlConfig() control.Config {
@@ -174,7 +196,11 @@ func (a *Agent) closeAll() {
 	if a.conn != nil {
 		a.conn.Close()
 	}
-	for _, p := range a.ports {
+	ports := a.ports
+	if a.engine != nil {
+		ports = a.engine.Ports()
+	}
+	for _, p := range ports {
 		p.Dev.Close()
 	}
 }
@@ -225,6 +251,8 @@ func (a *Agent) controlLoop(ctx context.Context) {
 	defer timer.Stop()
 	expire := time.NewTicker(10 * time.Second)
 	defer expire.Stop()
+	mtuCheck := time.NewTicker(mtuCheckInterval)
+	defer mtuCheck.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -243,9 +271,11 @@ func (a *Agent) controlLoop(ctx context.Context) {
 			}
 			a.mu.Unlock()
 		case <-expire.C:
-			for _, p := range a.ports {
+			for _, p := range a.engine.Ports() {
 				p.FDB.Expire(a.clock.Mono())
 			}
+		case <-mtuCheck.C:
+			a.updateMSS()
 		}
 		a.flush()
 		a.resetTimer(timer)

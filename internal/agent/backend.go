@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/detour-overlay/detour/internal/api"
+	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/control"
 	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/wire"
@@ -37,9 +38,11 @@ func (a *Agent) Status() api.Status {
 		s.Members = append(s.Members, api.Member{Name: m.Name, ID: m.ID.String(), Address: m.Addr.String(),
 			State: m.State, SinceSeconds: now.Sub(m.Since).Seconds()})
 	}
-	for _, n := range a.cfg.Networks {
-		s.Networks = append(s.Networks, api.Network{Name: n.Name, ID: n.ID, TAP: n.TAP, MTU: n.MTU})
+	for _, n := range a.netCfg {
+		s.Networks = append(s.Networks, api.Network{Name: n.Name, ID: n.ID, TAP: n.TAP, Bridge: n.Bridge, MTU: n.MTU,
+			MaxRate: nonZero(n.MaxRate), MinRate: nonZero(n.MinRate)})
 	}
+	sort.Slice(s.Networks, func(i, j int) bool { return s.Networks[i].ID < s.Networks[j].ID })
 	pins, forbidden := a.node.Overrides()
 	for dst, path := range pins {
 		s.Pins = append(s.Pins, api.Pin{Dest: dst, Via: path[:len(path)-1]})
@@ -156,7 +159,7 @@ func (a *Agent) FDB() []api.FDBEntry {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := []api.FDBEntry{}
-	for _, p := range a.ports {
+	for _, p := range a.engine.Ports() {
 		for _, e := range p.FDB.Snapshot(now) {
 			site := a.cfg.Site + " (local)"
 			if e.Site != 0 {
@@ -211,4 +214,11 @@ func apiErr(err error) error {
 	default:
 		return fmt.Errorf("%w: %v", api.ErrBadRequest, err)
 	}
+}
+
+func nonZero(r config.Rate) string {
+	if r == 0 {
+		return ""
+	}
+	return r.String()
 }

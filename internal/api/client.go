@@ -29,6 +29,9 @@ func (c *Client) Get(path string, out any) error { return c.do(http.MethodGet, p
 // Post sends in as JSON to path and decodes the answer into out.
 func (c *Client) Post(path string, in, out any) error { return c.do(http.MethodPost, path, in, out) }
 
+// Put sends in as JSON to path with PUT and decodes the answer into out.
+func (c *Client) Put(path string, in, out any) error { return c.do(http.MethodPut, path, in, out) }
+
 // Delete calls DELETE on path.
 func (c *Client) Delete(path string, out any) error { return c.do(http.MethodDelete, path, nil, out) }
 
@@ -63,6 +66,9 @@ func (c *Client) do(method, path string, in, out any) error {
 			return fmt.Errorf("agent: %s", e.Error)
 		}
 		return fmt.Errorf("agent: %s", resp.Status)
+	}
+	if out == nil {
+		return nil
 	}
 	if raw, ok := out.(*json.RawMessage); ok {
 		*raw = b

@@ -23,6 +23,11 @@ type Backend interface {
 	Unpin(site string) error
 	Forbid(site string) error
 	Allow(site string) error
+	Networks() []Network
+	Attach(n Network) (Network, error)
+	Detach(name string) error
+	SetLimits(name, maxRate, minRate string) error
+	SetEgress(rate string) error
 }
 
 // ErrNotFound is returned by a Backend for an unknown site; the server
@@ -65,6 +70,35 @@ func NewHandler(b Backend, reg *prometheus.Registry) http.Handler {
 	})
 	mux.HandleFunc("DELETE /v1/forbidden/{site}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, map[string]string{"allowed": r.PathValue("site")}, b.Allow(r.PathValue("site")))
+	})
+	mux.HandleFunc("GET /v1/networks", func(w http.ResponseWriter, r *http.Request) { reply(w, b.Networks(), nil) })
+	mux.HandleFunc("POST /v1/networks", func(w http.ResponseWriter, r *http.Request) {
+		var n Network
+		if err := decode(r, &n); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		got, err := b.Attach(n)
+		reply(w, got, err)
+	})
+	mux.HandleFunc("DELETE /v1/networks/{name}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, map[string]string{"detached": r.PathValue("name")}, b.Detach(r.PathValue("name")))
+	})
+	mux.HandleFunc("PUT /v1/networks/{name}/limits", func(w http.ResponseWriter, r *http.Request) {
+		var l Limits
+		if err := decode(r, &l); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		reply(w, l, b.SetLimits(r.PathValue("name"), l.MaxRate, l.MinRate))
+	})
+	mux.HandleFunc("PUT /v1/egress", func(w http.ResponseWriter, r *http.Request) {
+		var e Egress
+		if err := decode(r, &e); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		reply(w, e, b.SetEgress(e.Rate))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return mux

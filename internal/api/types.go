@@ -14,6 +14,11 @@
 //	DELETE /v1/pins/{site}            remove a pin
 //	POST   /v1/forbidden/{site}       never use site as a relay
 //	DELETE /v1/forbidden/{site}       allow it again
+//	GET    /v1/networks               []Network: the networks this site carries
+//	POST   /v1/networks               Network: attach a network at run time
+//	DELETE /v1/networks/{name}        detach it
+//	PUT    /v1/networks/{name}/limits Limits: change its rates
+//	PUT    /v1/egress                 Egress: the site's total egress capacity
 //	GET    /metrics                   Prometheus text format
 //
 // Errors are returned as {"error": "..."} with a 4xx or 5xx status.
@@ -43,12 +48,27 @@ type Member struct {
 	SinceSeconds float64 `json:"since_seconds"`
 }
 
-// Network is a virtual L2 network this site has joined.
+// Network is a virtual L2 network this site has joined, or asks to join
+// (POST /v1/networks). Rates are written like "20mbit"; empty for none.
 type Network struct {
-	Name string `json:"name"`
-	ID   uint32 `json:"id"`
-	TAP  string `json:"tap"`
-	MTU  int    `json:"mtu"`
+	Name    string `json:"name"`
+	ID      uint32 `json:"id"`
+	TAP     string `json:"tap"`
+	Bridge  string `json:"bridge,omitempty"`
+	MTU     int    `json:"mtu,omitempty"`
+	MaxRate string `json:"max_rate,omitempty"`
+	MinRate string `json:"min_rate,omitempty"`
+}
+
+// Limits changes a network's rates (PUT /v1/networks/{name}/limits).
+type Limits struct {
+	MaxRate string `json:"max_rate"`
+	MinRate string `json:"min_rate"`
+}
+
+// Egress changes the site's total egress capacity (PUT /v1/egress).
+type Egress struct {
+	Rate string `json:"rate"`
 }
 
 // Link is one directed pair of the measured matrix.

@@ -1,0 +1,238 @@
+package agent
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/api"
+	"github.com/detour-overlay/detour/internal/config"
+	"github.com/detour-overlay/detour/internal/edge"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// mtuCheckInterval is how often the underlay MTU is read again, so that a
+// drop is reflected in the MSS clamp within a few seconds.
+const mtuCheckInterval = 2 * time.Second
+
+// underlayMTU returns the MTU of the interface that holds the listen
+// address, or the configured underlay_mtu (1500 by default) when the
+// address is a wildcard or not found.
+func (a *Agent) underlayMTU() int {
+	fallback := a.cfg.UnderlayMTU
+	if fallback == 0 {
+		fallback = 1500
+	}
+	ap, err := netip.ParseAddrPort(a.cfg.Listen)
+	if err != nil || ap.Addr().IsUnspecified() {
+		return fallback
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return fallback
+	}
+	for _, ifc := range ifs {
+		addrs, _ := ifc.Addrs()
+		for _, ad := range addrs {
+			if pfx, err := netip.ParsePrefix(ad.String()); err == nil && pfx.Addr() == ap.Addr() {
+				return ifc.MTU
+			}
+		}
+	}
+	return fallback
+}
+
+// innerMTU is the largest IP packet of a host that crosses the underlay
+// unfragmented on the longest path: the underlay MTU less the outer IP and
+// UDP headers, detour's header for MaxHops sites, the inner Ethernet
+// header and, encrypted, the security blocks and tags.
+func (a *Agent) innerMTU(underlay int) int {
+	outer := 28
+	if ap, err := netip.ParseAddrPort(a.cfg.Listen); err == nil && ap.Addr().Is6() && !ap.Addr().Is4In6() {
+		outer = 48
+	}
+	over := outer + wire.DataHeaderLen(a.cfg.MaxHops) + 14
+	if a.sec != nil {
+		over += wire.SealedDataE2ELen + wire.SealedDataHopLen + 2*wire.TagLen
+	}
+	return underlay - over
+}
+
+// updateMSS sets the data path's MSS clamp from the current underlay MTU.
+// Larger non-TCP packets are still carried: the kernel fragments the
+// outer datagram.
+func (a *Agent) updateMSS() {
+	under := a.underlayMTU()
+	v4, v6 := edge.MSSForMTU(a.innerMTU(under))
+	a.mu.Lock()
+	changed := v4 != a.mssV4
+	a.mssV4, a.mssV6 = v4, v6
+	a.mu.Unlock()
+	if changed {
+		a.engine.SetMSS(v4, v6)
+		a.log.Info("MSS clamp", "underlay_mtu", under, "mss4", v4, "mss6", v6)
+	}
+}
+
+// Networks implements api.Backend.
+func (a *Agent) Networks() []api.Network {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := []api.Network{}
+	for _, n := range a.netCfg {
+		l := a.shaper.Get(n.ID)
+		out = append(out, api.Network{Name: n.Name, ID: n.ID, TAP: n.TAP, Bridge: n.Bridge, MTU: n.MTU,
+			MaxRate: nonZero(config.Rate(l.MaxBps)), MinRate: nonZero(config.Rate(l.MinBps))})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Attach implements api.Backend: it opens the network's TAP device and
+// starts carrying its frames.
+func (a *Agent) Attach(r api.Network) (api.Network, error) {
+	n := config.Network{Name: r.Name, ID: r.ID, TAP: r.TAP, Bridge: r.Bridge, MTU: r.MTU}
+	if n.MTU == 0 {
+		n.MTU = config.DefaultMTU
+	}
+	lim, err := parseLimits(r.MaxRate, r.MinRate)
+	if err != nil {
+		return api.Network{}, err
+	}
+	n.MaxRate, n.MinRate = config.Rate(lim.MaxBps), config.Rate(lim.MinBps)
+	a.mu.Lock()
+	all := []config.Network{n}
+	for _, have := range a.netCfg {
+		all = append(all, have)
+	}
+	trial := *a.cfg
+	trial.Networks = all
+	if err := trial.Validate(); err != nil {
+		a.mu.Unlock()
+		return api.Network{}, fmt.Errorf("%w: %v", api.ErrBadRequest, err)
+	}
+	a.mu.Unlock()
+	p, err := a.openPort(n)
+	if err != nil {
+		return api.Network{}, fmt.Errorf("%w: %v", api.ErrBadRequest, err)
+	}
+	if err := a.engine.AddPort(p); err != nil {
+		p.Dev.Close()
+		return api.Network{}, fmt.Errorf("%w: %v", api.ErrBadRequest, err)
+	}
+	a.shaper.Set(n.ID, lim)
+	a.mu.Lock()
+	a.netCfg[n.ID] = n
+	a.mu.Unlock()
+	a.log.Info("network attached", "name", n.Name, "id", n.ID, "tap", n.TAP)
+	r.MTU = n.MTU
+	return r, nil
+}
+
+// Detach implements api.Backend: frames of the network are no longer
+// carried to or from this site, and its TAP device is removed.
+func (a *Agent) Detach(name string) error {
+	a.mu.Lock()
+	n, ok := a.networkByName(name)
+	if ok {
+		delete(a.netCfg, n.ID)
+	}
+	a.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: network %q is not attached here", api.ErrNotFound, name)
+	}
+	if p := a.engine.RemovePort(n.ID); p != nil {
+		p.Dev.Close()
+	}
+	a.shaper.Set(n.ID, edge.Limits{})
+	a.log.Info("network detached", "name", n.Name, "id", n.ID)
+	return nil
+}
+
+// SetLimits implements api.Backend.
+func (a *Agent) SetLimits(name string, maxRate, minRate string) error {
+	lim, err := parseLimits(maxRate, minRate)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n, ok := a.networkByName(name)
+	if !ok {
+		return fmt.Errorf("%w: network %q is not attached here", api.ErrNotFound, name)
+	}
+	trial := *a.cfg
+	trial.Networks = nil
+	for _, have := range a.netCfg {
+		if have.ID == n.ID {
+			have.MaxRate, have.MinRate = config.Rate(lim.MaxBps), config.Rate(lim.MinBps)
+		}
+		trial.Networks = append(trial.Networks, have)
+	}
+	if err := trial.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", api.ErrBadRequest, err)
+	}
+	n.MaxRate, n.MinRate = config.Rate(lim.MaxBps), config.Rate(lim.MinBps)
+	a.netCfg[n.ID] = n
+	a.shaper.Set(n.ID, lim)
+	return nil
+}
+
+// SetEgress implements api.Backend: the site's total egress capacity.
+func (a *Agent) SetEgress(rate string) error {
+	r, err := parseRate(rate)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	trial := *a.cfg
+	trial.EgressRate = r
+	trial.Networks = nil
+	for _, n := range a.netCfg {
+		trial.Networks = append(trial.Networks, n)
+	}
+	if err := trial.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", api.ErrBadRequest, err)
+	}
+	a.cfg.EgressRate = r
+	a.shaper.SetSite(float64(r))
+	return nil
+}
+
+func (a *Agent) networkByName(name string) (config.Network, bool) {
+	for _, n := range a.netCfg {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return config.Network{}, false
+}
+
+func parseRate(s string) (config.Rate, error) {
+	if s == "" {
+		return 0, nil
+	}
+	r, err := config.ParseRate(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", api.ErrBadRequest, err)
+	}
+	return r, nil
+}
+
+func parseLimits(maxRate, minRate string) (edge.Limits, error) {
+	mx, err := parseRate(maxRate)
+	if err != nil {
+		return edge.Limits{}, err
+	}
+	mn, err := parseRate(minRate)
+	if err != nil {
+		return edge.Limits{}, err
+	}
+	if mx > 0 && mn > mx {
+		return edge.Limits{}, fmt.Errorf("%w: min_rate %v exceeds max_rate %v", api.ErrBadRequest, mn, mx)
+	}
+	return edge.Limits{MaxBps: float64(mx), MinBps: float64(mn)}, nil
+}
