@@ -13,6 +13,7 @@ packages=(
 	iproute2       # ip, bridge: namespaces, veth, bridges, VXLAN
 	nftables       # firewall rules in the testbed
 	iputils-ping   # ping between sites
+	iputils-arping # gratuitous ARP after a host migrates in the testbed
 	iperf3         # throughput and cross traffic
 	tinc           # the classic mesh VPN baseline (1.0, switch mode)
 	tcpdump        # captures on the underlay

@@ -30,7 +30,7 @@ func init() {
 const testbedUsage = `usage: detour testbed COMMAND [ARGS]
 
   up SCENARIO [--overlay none|vxlan|tinc|detour|detour-plain] [--underlay emulator|kernel]
-        [--underlay-mtu N] [--foreground]
+        [--underlay-mtu N] [--host-mtu N] [--foreground]
         bring up a testbed; SCENARIO is a file or a shipped name
         (%s); --underlay kernel joins the gateways with plain kernel
         links (no emulated delay; link, truth and traffic are unavailable)
@@ -44,6 +44,9 @@ const testbedUsage = `usage: detour testbed COMMAND [ARGS]
   truth [--json]               configured and measured one-way delay of every link
   traffic start|stop|list [NAME]
                                cross traffic defined in the scenario
+  migrate SITE[/HOST] --to SITE
+                               move a host (namespace, MAC, IP, open
+                               connections) to another site's bridge
   scenario NAME                print a shipped scenario's YAML
 
 Every command takes --state DIR (default %s, or $DETOUR_TESTBED_STATE).
@@ -59,7 +62,7 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	}
 	sub := map[string]func([]string, io.Writer, io.Writer) error{
 		"up": tbUp, "down": tbDown, "status": tbStatus, "exec": tbExec, "link": tbLink,
-		"truth": tbTruth, "traffic": tbTraffic, "scenario": tbScenario, "wanem": tbWanem,
+		"truth": tbTruth, "traffic": tbTraffic, "scenario": tbScenario, "wanem": tbWanem, "migrate": tbMigrate,
 	}
 	run, ok := sub[args[0]]
 	if !ok {
@@ -121,6 +124,7 @@ func tbUp(args []string, stdout, stderr io.Writer) error {
 	overlay := fs.String("overlay", "none", "overlay: none, vxlan, tinc or detour")
 	underlay := fs.String("underlay", testbed.UnderlayEmulator, "underlay: emulator (the scenario's WAN) or kernel (plain kernel links, to measure overlays alone)")
 	mtu := fs.Int("underlay-mtu", 0, "underlay MTU (default: the scenario's, else 1500)")
+	hostMTU := fs.Int("host-mtu", 0, "the hosts' MTU (default: the underlay MTU less the overlay's overhead)")
 	fg := fs.Bool("foreground", false, "stay in the foreground; Ctrl-C or SIGTERM tears the testbed down")
 	prefix := fs.String("prefix", envOr("DETOUR_TESTBED_PREFIX", testbed.DefaultPrefix), "prefix of namespace names")
 	pos, _, err := parseArgs(fs, args)
@@ -138,7 +142,7 @@ func tbUp(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	t0 := time.Now()
 	st, err := testbed.Up(ctx, testbed.Options{
-		Scenario: pos[0], Overlay: *overlay, Underlay: *underlay, UnderlayMTU: *mtu, StateDir: *state,
+		Scenario: pos[0], Overlay: *overlay, Underlay: *underlay, UnderlayMTU: *mtu, HostMTU: *hostMTU, StateDir: *state,
 		Prefix: *prefix, Self: self, Log: stderr,
 	})
 	if err != nil {
@@ -398,4 +402,26 @@ func underlayName(st *testbed.State) string {
 		return testbed.UnderlayEmulator
 	}
 	return testbed.UnderlayKernel
+}
+
+func tbMigrate(args []string, stdout, stderr io.Writer) error {
+	fs, state := newFlags("migrate", stderr)
+	to := fs.String("to", "", "the site the host moves to")
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 1, "one SITE[/HOST] and --to SITE"); err != nil {
+		return err
+	}
+	if *to == "" {
+		return fmt.Errorf("%w: --to SITE is required", ErrUsage)
+	}
+	t0 := time.Now()
+	h, err := testbed.Migrate(*state, pos[0], *to)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "host %s (%s) moved to %s in %.0f ms\n", h.NS, h.Addr, *to, float64(time.Since(t0).Microseconds())/1000)
+	return nil
 }

@@ -44,6 +44,8 @@ type State struct {
 	Created     time.Time   `json:"created"`
 	// Ready is set once Up has finished.
 	Ready bool `json:"ready"`
+	// Migrations counts host migrations, to name their new ports.
+	Migrations int `json:"migrations,omitempty"`
 }
 
 // SiteState names one site's namespaces and addresses.
@@ -58,6 +60,9 @@ type SiteState struct {
 type HostState struct {
 	NS   string `json:"ns"`
 	Addr string `json:"addr"`
+	// Port is the host's veth in its gateway, when not the default hK
+	// (a host that migrated).
+	Port string `json:"port,omitempty"`
 }
 
 // Namespaces lists every namespace of the testbed.

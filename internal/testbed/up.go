@@ -27,6 +27,9 @@ type Options struct {
 	Overlay string
 	// UnderlayMTU overrides the scenario's underlay MTU when non-zero.
 	UnderlayMTU int
+	// HostMTU overrides the hosts' MTU when non-zero; by default it is
+	// the underlay MTU less the overlay's overhead.
+	HostMTU int
 	// Underlay is one of Underlays; empty means UnderlayEmulator.
 	Underlay string
 	StateDir string
@@ -84,6 +87,9 @@ func (o *Options) Validate() (*scenario.Scenario, error) {
 			return nil, fmt.Errorf("--underlay-mtu %d is outside %d..%d", o.UnderlayMTU, scenario.MinMTU, scenario.MaxMTU)
 		}
 		sc.UnderlayMTU = o.UnderlayMTU
+	}
+	if o.HostMTU != 0 && (o.HostMTU < 576 || o.HostMTU > 9000) {
+		return nil, fmt.Errorf("--host-mtu %d is outside 576..9000", o.HostMTU)
 	}
 	if o.Overlay != "none" && sc.UnderlayMTU-overlayOverhead(o.Overlay) < 576 {
 		return nil, fmt.Errorf("underlay MTU %d leaves less than 576 bytes for hosts over %s", sc.UnderlayMTU, o.Overlay)
@@ -200,6 +206,9 @@ func newState(sc *scenario.Scenario, o Options) *State {
 		Scenario: sc.Name, Overlay: o.Overlay, Underlay: o.Underlay, Prefix: o.Prefix,
 		UnderlayMTU: sc.UnderlayMTU, HostMTU: sc.UnderlayMTU - overlayOverhead(o.Overlay),
 		Created: time.Now(),
+	}
+	if o.HostMTU != 0 {
+		st.HostMTU = o.HostMTU
 	}
 	for i, site := range sc.Sites {
 		ss := SiteState{
