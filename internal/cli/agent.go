@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/detour-overlay/detour/internal/agent"
@@ -49,8 +51,32 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if dir := os.Getenv("DETOUR_CPUPROFILE_DIR"); dir != "" {
+		defer startCPUProfile(filepath.Join(dir, "agent-"+cfg.Site+".pprof"), log)()
+	}
 	if err := a.Run(ctx); err != nil {
 		return Fail(stderr, "agent", err)
 	}
 	return 0
+}
+
+// startCPUProfile writes a CPU profile of the agent to file until the
+// returned function is called (at a clean exit). It is how the benchmark
+// harness profiles agents that the testbed starts: it sets
+// DETOUR_CPUPROFILE_DIR in their environment.
+func startCPUProfile(file string, log *slog.Logger) func() {
+	f, err := os.Create(file)
+	if err != nil {
+		log.Warn("cpu profile", "err", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		log.Warn("cpu profile", "err", err)
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
