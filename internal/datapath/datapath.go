@@ -113,6 +113,11 @@ type Engine struct {
 	// zero disables clamping.
 	mss    atomic.Uint32
 	shaper atomic.Pointer[edge.Shaper]
+
+	// Sources whose sequence windows the underlay loop must forget.
+	resetMu    sync.Mutex
+	resetSites []wire.SiteID
+	resetGen   atomic.Uint64
 }
 
 // New returns an engine; Run starts it.
@@ -136,6 +141,15 @@ func (e *Engine) SetMSS(v4, v6 uint16) { e.mss.Store(uint32(v4)<<16 | uint32(v6)
 
 // SetShaper installs the egress rate limits (nil for none).
 func (e *Engine) SetShaper(s *edge.Shaper) { e.shaper.Store(s) }
+
+// ResetSource makes the data path forget the sequence numbers seen from
+// site, which left or restarted.
+func (e *Engine) ResetSource(site wire.SiteID) {
+	e.resetMu.Lock()
+	e.resetSites = append(e.resetSites, site)
+	e.resetGen.Add(1)
+	e.resetMu.Unlock()
+}
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() *Stats { return &e.stats }

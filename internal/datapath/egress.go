@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"math/rand/v2"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/edge"
@@ -125,8 +126,12 @@ func (g *egress) header(r Routes, dst wire.SiteID) (*routing.Route, bool) {
 	h.Source = g.e.self
 	h.Network = g.port.Network
 	h.PathLen = uint8(copy(h.Path[:], rt.Path))
-	h.Seq = g.seq[dst]
-	g.seq[dst] = h.Seq + 1
+	seq, ok := g.seq[dst]
+	if !ok {
+		seq = rand.Uint32() // see seqResetGap
+	}
+	h.Seq = seq
+	g.seq[dst] = seq + 1
 	return rt, true
 }
 

@@ -53,7 +53,7 @@ func FuzzIngress(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, pkt []byte) {
 		e := benchEngine()
-		in := &ingress{e: e}
+		in := newIngress(e)
 		buf := make([]byte, len(pkt)+1)
 		copy(buf, pkt)
 		in.handle(&transport.Message{Buf: buf, N: len(pkt), Addr: netip.MustParseAddrPort("198.18.0.2:1")})
@@ -86,7 +86,7 @@ func BenchmarkEgressUnicast(b *testing.B) {
 // allocate.
 func BenchmarkIngressRelay(b *testing.B) {
 	e := benchEngine()
-	in := &ingress{e: e}
+	in := newIngress(e)
 	h := wire.DataHeader{Source: 3, Network: testNet, PathLen: 2}
 	h.Path[0], h.Path[1] = 1, 2
 	buf := make([]byte, 1500)
@@ -105,7 +105,7 @@ func BenchmarkIngressRelay(b *testing.B) {
 // device; it must not allocate.
 func BenchmarkIngressDeliver(b *testing.B) {
 	e := benchEngine()
-	in := &ingress{e: e}
+	in := newIngress(e)
 	h := wire.DataHeader{Source: 2, Network: testNet, PathLen: 1}
 	h.Path[0] = 1
 	buf := make([]byte, 1500)
@@ -115,6 +115,11 @@ func BenchmarkIngressDeliver(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(n))
 	for b.Loop() {
+		h.Seq++
+		h.Put(buf)
 		in.handle(&m)
+	}
+	if e.stats.FramesOut.Load() == 0 || e.stats.DropDuplicate.Load() != 0 {
+		b.Fatalf("frames were not delivered: %v", e.stats.Snapshot())
 	}
 }

@@ -8,10 +8,16 @@ import (
 
 // ingress is the state of the underlay loop. It is owned by one goroutine.
 type ingress struct {
-	e     *Engine
-	msgs  []transport.Message
-	relay []transport.Message
-	hdr   wire.DataHeader
+	e       *Engine
+	msgs    []transport.Message
+	relay   []transport.Message
+	hdr     wire.DataHeader
+	windows map[flowKey]*seqWindow
+	resets  uint64 // the engine's reset generation last applied
+}
+
+func newIngress(e *Engine) *ingress {
+	return &ingress{e: e, msgs: make([]transport.Message, transport.MaxBatch), windows: map[flowKey]*seqWindow{}}
 }
 
 // bufSize is the size of each receive buffer: the largest UDP payload.
@@ -20,7 +26,7 @@ const bufSize = 65535
 // underlayLoop reads datagrams in batches, delivers or relays data packets
 // and hands control packets to the control plane.
 func (e *Engine) underlayLoop() error {
-	in := &ingress{e: e, msgs: make([]transport.Message, transport.MaxBatch)}
+	in := newIngress(e)
 	for i := range in.msgs {
 		in.msgs[i].Buf = make([]byte, bufSize)
 	}
@@ -30,6 +36,7 @@ func (e *Engine) underlayLoop() error {
 			return err
 		}
 		in.relay = in.relay[:0]
+		in.applyResets()
 		for i := 0; i < n; i++ {
 			in.handle(&in.msgs[i])
 		}
@@ -107,6 +114,9 @@ func (in *ingress) deliver(pkt []byte, off int) {
 		e.stats.DropMalformed.Add(1)
 		return
 	}
+	if !in.sequence() {
+		return
+	}
 	p.FDB.Learn(src, h.Source, e.now())
 	if _, err := p.Dev.Write(frame); err != nil {
 		e.stats.DropDevice.Add(1)
@@ -136,4 +146,49 @@ func (in *ingress) forward(m *transport.Message, pkt []byte, off int) {
 	}
 	e.stats.Relayed.Add(1)
 	in.relay = append(in.relay, transport.Message{Buf: m.Buf, N: m.N, Addr: addr})
+}
+
+// sequence runs the packet in in.hdr through its source's window: it
+// drops and counts duplicates and counts reordering and gaps. It reports
+// whether the frame is to be delivered.
+func (in *ingress) sequence() bool {
+	h := &in.hdr
+	k := flowKey{source: h.Source, network: h.Network}
+	w := in.windows[k]
+	if w == nil {
+		w = &seqWindow{}
+		in.windows[k] = w
+	}
+	verdict, skipped := w.check(h.Seq)
+	switch verdict {
+	case seqDuplicate:
+		in.e.stats.DropDuplicate.Add(1)
+		return false
+	case seqReordered:
+		in.e.stats.Reordered.Add(1)
+	}
+	if skipped > 0 {
+		in.e.stats.SeqGaps.Add(uint64(skipped))
+	}
+	return true
+}
+
+// applyResets forgets the windows of sources the engine was told to reset.
+func (in *ingress) applyResets() {
+	e := in.e
+	if e.resetGen.Load() == in.resets {
+		return
+	}
+	e.resetMu.Lock()
+	sites := e.resetSites
+	e.resetSites = nil
+	in.resets = e.resetGen.Load()
+	e.resetMu.Unlock()
+	for _, site := range sites {
+		for k := range in.windows {
+			if k.source == site {
+				delete(in.windows, k)
+			}
+		}
+	}
 }

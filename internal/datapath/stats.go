@@ -16,6 +16,8 @@ type Stats struct {
 	ControlIn       atomic.Uint64 // control datagrams handed to the control plane
 	MSSClamped      atomic.Uint64 // TCP SYNs whose MSS option was lowered
 	Shaped          atomic.Uint64 // device batches delayed by a rate limit
+	Reordered       atomic.Uint64 // data packets that arrived after a later one from the same source
+	SeqGaps         atomic.Uint64 // sequence numbers skipped (lost packets, unless they arrive later as reordered)
 	Holds           atomic.Uint64 // switches to a shorter path that held packets back
 	Held            atomic.Uint64 // packets held back during such switches
 
@@ -28,6 +30,7 @@ type Stats struct {
 	DropSend           atomic.Uint64 // underlay send errors
 	DropHoldOverflow   atomic.Uint64 // packets beyond the bound of a hold queue
 	DropCrypto         atomic.Uint64 // packets that failed sealing, authentication or the replay check
+	DropDuplicate      atomic.Uint64 // second copies of a frame (sent on two paths) and packets too old to tell
 }
 
 // Snapshot returns the counters by name, for the API and metrics.
@@ -44,6 +47,8 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"control_in":           s.ControlIn.Load(),
 		"mss_clamped":          s.MSSClamped.Load(),
 		"shaped":               s.Shaped.Load(),
+		"reordered":            s.Reordered.Load(),
+		"seq_gaps":             s.SeqGaps.Load(),
 		"holds":                s.Holds.Load(),
 		"held":                 s.Held.Load(),
 		"drop_malformed":       s.DropMalformed.Load(),
@@ -55,5 +60,6 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"drop_send":            s.DropSend.Load(),
 		"drop_hold_overflow":   s.DropHoldOverflow.Load(),
 		"drop_crypto":          s.DropCrypto.Load(),
+		"drop_duplicate":       s.DropDuplicate.Load(),
 	}
 }
