@@ -358,7 +358,8 @@ func (a *Agent) publish(t *routing.Table) {
 	}
 	for _, id := range old.Sites() {
 		if _, ok := t.Addr(id); !ok {
-			for _, p := range a.ports {
+			a.engine.ResetSource(id)
+			for _, p := range a.engine.Ports() {
 				p.FDB.ForgetSite(id)
 			}
 		}
