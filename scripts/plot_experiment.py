@@ -12,8 +12,9 @@ directory and writes:
   boxplots.png          the same for every overlay, one row each
   timeseries-OVERLAY.png the continuous run, as in Figure 7: every
                         operation's latency over time, the start of the
-                        cross traffic, the route changes detour made, and
-                        the emulator's delay of the loaded links
+                        cross traffic, the path detour used in each
+                        direction between LAN and CLU, and the emulator's
+                        delay of the loaded links
 """
 
 import csv
@@ -91,6 +92,36 @@ def plot_boxes(data, overlays, out):
         plt.close(fig)
 
 
+def route_steps(changes, key, t_end):
+    """Returns the step series (times, path labels) of one direction."""
+    ts, labels = [], []
+    for r in changes:
+        if (r["from"], r["to"]) != key:
+            continue
+        path = r["path"].split(">")
+        ts.append(float(r["t_s"]))
+        labels.append("direct" if len(path) <= 2 else "via " + "+".join(path[1:-1]))
+    if ts:
+        ts.append(t_end)
+        labels.append(labels[-1])
+    return ts, labels
+
+
+def plot_routes(ax, changes, t_end):
+    """Draws each direction's path over time as a step line on categories."""
+    series = [route_steps(changes, k, t_end) for k in [("LAN", "CLU"), ("CLU", "LAN")]]
+    cats = ["direct"] + sorted({l for _, ls in series for l in ls if l != "direct"})
+    for (ts, ls), name, color, off in zip(series, ["LAN->CLU", "CLU->LAN"], ["#31a354", "#756bb1"], [0.06, -0.06]):
+        if ts:
+            ax.step(ts, [cats.index(l) + off for l in ls], where="post", color=color, label=name, linewidth=1.3)
+    ax.set_yticks(range(len(cats)))
+    ax.set_yticklabels(cats, fontsize=8)
+    ax.set_ylim(-0.5, len(cats) - 0.5)
+    ax.set_ylabel("detour's path")
+    ax.legend(loc="upper left", fontsize=7, ncol=2)
+    ax.grid(alpha=0.3)
+
+
 def plot_timeseries(out):
     samples = read_csv(os.path.join(out, "continuous.csv"))
     routes = read_csv(os.path.join(out, "routes.csv"))
@@ -99,32 +130,27 @@ def plot_timeseries(out):
         s = [r for r in samples if r["overlay"] == ov and not r["error"]]
         if not s:
             continue
-        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1.4]})
+        changes = [r for r in routes if r["overlay"] == ov]
+        rows = 3 if changes else 2
+        ratios = [3, 1, 1.4] if changes else [3, 1.4]
+        fig, axes = plt.subplots(rows, 1, figsize=(11, 7.5 if changes else 6.5), sharex=True,
+                                 gridspec_kw={"height_ratios": ratios})
+        ax, ax2 = axes[0], axes[-1]
         for op, marker, color in [("read", "o", "#3182bd"), ("write", "^", "#e6550d")]:
             pts = [(float(r["t_s"]), float(r["latency_ms"])) for r in s if r["op"] == op]
             if pts:
                 ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=9, marker=marker, color=color, label=op)
         load = float(s[0]["load_start_s"])
-        for a in (ax, ax2):
+        t_end = max(float(r["t_s"]) for r in s)
+        for a in axes:
             a.axvline(load, color="black", linestyle="--", linewidth=1)
-        ax.text(load, ax.get_ylim()[1] * 0.97, " cross traffic starts", fontsize=8, va="top")
-        changes = [r for r in routes if r["overlay"] == ov]
-        first = {}
-        for r in changes:
-            key = (r["from"], r["to"])
-            t = float(r["t_s"])
-            if key not in first:
-                first[key] = r
-                continue
-            color = "#31a354" if r["relayed"] == "true" else "#756bb1"
-            for a in (ax, ax2):
-                a.axvline(t, color=color, linewidth=1)
-            ax.text(t, ax.get_ylim()[1] * (0.85 if r["from"] == "LAN" else 0.75),
-                    " %s->%s: %s" % (r["from"], r["to"], r["path"]), fontsize=7, color=color, va="top")
+        ax.text(load, ax.get_ylim()[1] * 0.97, " cross traffic started", fontsize=8, va="top")
         ax.set_ylabel("latency (ms)")
         ax.set_title("%s: alternating reads and writes LAN -> CLU (leader)" % ov)
         ax.legend(loc="upper left", fontsize=8)
         ax.grid(alpha=0.3)
+        if changes:
+            plot_routes(axes[1], changes, t_end)
         links = defaultdict(list)
         for r in truth:
             if r["overlay"] == ov:
