@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -19,22 +20,42 @@ type mmsghdr struct {
 }
 
 // batch holds the system-call structures of one direction, allocated once.
+// A header may point at several iovecs (a GSO send) and at its own control
+// buffer.
 type batch struct {
 	hdrs  [MaxBatch]mmsghdr
 	iovs  [MaxBatch]unix.Iovec
 	names [MaxBatch]unix.RawSockaddrInet6
-	n     int // messages in the current call
-	done  int // messages the last call handled
+	ctl   [MaxBatch][groCmsgLen]byte
+	// group[i] is how many messages header i carries (writes).
+	group [MaxBatch]int
+	seg   [MaxBatch]int // segment size of read i, 0 if not coalesced
+	n     int           // headers in the current call
+	done  int           // headers the last call handled
 	errno syscall.Errno
 }
 
-// UDP is a batched UDP socket.
+// UDP is a batched UDP socket. It sends runs of equal-sized datagrams to
+// one address as one GSO send (UDP_SEGMENT) and, once it is given receive
+// buffers large enough, takes coalesced datagrams from the kernel
+// (UDP_GRO) and cuts them back into messages: callers see one message per
+// datagram either way.
 type UDP struct {
 	conn  *net.UDPConn
 	raw   syscall.RawConn
 	local netip.AddrPort
 	rd    batch
 	wr    batch
+	// gso is whether sends may use UDP_SEGMENT; it is cleared for good
+	// when the kernel refuses it. noGSOOnce sends the next group as plain
+	// datagrams after a GSO send was refused for that group alone.
+	gso, noGSOOnce bool
+	// gro is whether UDP_GRO is on; groOK whether the kernel has it.
+	gro, groOK bool
+	sp         spill
+	// gsoSends and groReads count GSO sends and coalesced datagrams
+	// received (see OffloadStats).
+	gsoSends, groReads atomic.Uint64
 	// readFn and writeFn are built once so a batch costs no allocation.
 	readFn  func(fd uintptr) bool
 	writeFn func(fd uintptr) bool
@@ -53,12 +74,11 @@ func ListenUDP(addr netip.AddrPort) (*UDP, error) {
 	}
 	u := &UDP{conn: c, raw: raw, local: c.LocalAddr().(*net.UDPAddr).AddrPort()}
 	u.setBuffers(4 << 20)
+	u.gso, u.groOK = u.offloads()
 	for i := range u.rd.hdrs {
 		u.rd.hdrs[i].hdr.Iov = &u.rd.iovs[i]
 		u.rd.hdrs[i].hdr.Iovlen = 1
 		u.rd.hdrs[i].hdr.Name = (*byte)(unsafe.Pointer(&u.rd.names[i]))
-		u.wr.hdrs[i].hdr.Iov = &u.wr.iovs[i]
-		u.wr.hdrs[i].hdr.Iovlen = 1
 		u.wr.hdrs[i].hdr.Name = (*byte)(unsafe.Pointer(&u.wr.names[i]))
 	}
 	u.readFn = func(fd uintptr) bool { return u.rd.call(fd, unix.SYS_RECVMMSG) }
@@ -75,6 +95,50 @@ func (u *UDP) setBuffers(size int) {
 	})
 }
 
+// offloads reports whether the kernel knows UDP_SEGMENT and UDP_GRO on
+// this socket (Linux 4.18 and 5.0).
+func (u *UDP) offloads() (gso, gro bool) {
+	u.raw.Control(func(fd uintptr) {
+		_, err := unix.GetsockoptInt(int(fd), solUDP, udpSegment)
+		gso = err == nil
+		_, err = unix.GetsockoptInt(int(fd), solUDP, udpGRO)
+		gro = err == nil
+	})
+	return gso, gro
+}
+
+// OffloadStats returns how many GSO sends were made and how many
+// coalesced datagrams were received and split so far.
+func (u *UDP) OffloadStats() (gsoSends, groReads uint64) {
+	return u.gsoSends.Load(), u.groReads.Load()
+}
+
+// DisableOffloads turns UDP GSO and GRO off, e.g. to compare.
+func (u *UDP) DisableOffloads() {
+	u.gso, u.groOK = false, false
+	u.setGRO(false)
+}
+
+// setGRO switches UDP_GRO on or off.
+func (u *UDP) setGRO(on bool) {
+	if u.gro == on {
+		return
+	}
+	v := 0
+	if on {
+		v = 1
+	}
+	u.raw.Control(func(fd uintptr) {
+		if unix.SetsockoptInt(int(fd), solUDP, udpGRO, v) == nil {
+			u.gro = on
+		}
+	})
+}
+
+// groBufSize is the receive buffer size from which GRO is used: a
+// coalesced datagram can be as large as the largest UDP payload.
+const groBufSize = 65535
+
 // call runs one recvmmsg or sendmmsg; it returns false to wait for
 // readiness when the socket would block.
 func (b *batch) call(fd uintptr, trap uintptr) bool {
@@ -86,15 +150,28 @@ func (b *batch) call(fd uintptr, trap uintptr) bool {
 	return true
 }
 
-// ReadBatch implements Conn.
+// ReadBatch implements Conn. Datagrams left over from a coalesced receive
+// that did not fit the previous batch are returned first, without waiting.
 func (u *UDP) ReadBatch(msgs []Message) (int, error) {
+	if u.sp.pending() {
+		return u.sp.drain(msgs), nil
+	}
 	n := min(len(msgs), MaxBatch)
+	u.setGRO(u.groOK && bigBuffers(msgs[:n]))
 	for i := 0; i < n; i++ {
 		b := msgs[i].Buf
 		u.rd.iovs[i].Base = &b[0]
 		u.rd.iovs[i].SetLen(len(b))
-		u.rd.hdrs[i].hdr.Namelen = unix.SizeofSockaddrInet6
-		u.rd.hdrs[i].hdr.Flags = 0
+		h := &u.rd.hdrs[i].hdr
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.Flags = 0
+		if u.gro {
+			h.Control = &u.rd.ctl[i][0]
+			h.SetControllen(groCmsgLen)
+		} else {
+			h.Control = nil
+			h.SetControllen(0)
+		}
 	}
 	u.rd.n = n
 	if err := u.raw.Read(u.readFn); err != nil {
@@ -103,11 +180,32 @@ func (u *UDP) ReadBatch(msgs []Message) (int, error) {
 	if u.rd.errno != 0 {
 		return 0, fmt.Errorf("transport: recvmmsg: %w", u.rd.errno)
 	}
-	for i := 0; i < u.rd.done; i++ {
+	got := u.rd.done
+	for i := 0; i < got; i++ {
 		msgs[i].N = int(u.rd.hdrs[i].len)
 		msgs[i].Addr = fromSockaddr(&u.rd.names[i])
+		u.rd.seg[i] = 0
+		if u.gro {
+			u.rd.seg[i] = groSize(u.rd.ctl[i][:u.rd.hdrs[i].hdr.Controllen])
+			if u.rd.seg[i] > 0 && msgs[i].N > u.rd.seg[i] {
+				u.groReads.Add(1)
+			}
+		}
 	}
-	return u.rd.done, nil
+	if !u.gro {
+		return got, nil
+	}
+	return splitCoalesced(msgs, got, u.rd.seg[:got], &u.sp), nil
+}
+
+// bigBuffers reports whether every buffer can hold a coalesced datagram.
+func bigBuffers(msgs []Message) bool {
+	for i := range msgs {
+		if len(msgs[i].Buf) < groBufSize {
+			return false
+		}
+	}
+	return len(msgs) > 0
 }
 
 // WriteBatch implements Conn. Messages to invalid addresses are skipped
@@ -115,27 +213,73 @@ func (u *UDP) ReadBatch(msgs []Message) (int, error) {
 func (u *UDP) WriteBatch(msgs []Message) (int, error) {
 	sent := 0
 	for sent < len(msgs) {
-		n := min(len(msgs)-sent, MaxBatch)
-		for i := 0; i < n; i++ {
-			m := &msgs[sent+i]
-			u.wr.iovs[i].Base = &m.Buf[0]
-			u.wr.iovs[i].SetLen(m.N)
-			u.wr.hdrs[i].hdr.Namelen = toSockaddr(&u.wr.names[i], m.Addr)
-		}
-		u.wr.n = n
+		u.prepareWrite(msgs[sent:])
 		if err := u.raw.Write(u.writeFn); err != nil {
 			return sent, closedOr(err)
 		}
-		switch {
-		case u.wr.errno == unix.ECONNREFUSED || u.wr.errno == unix.EHOSTUNREACH || u.wr.errno == unix.ENETUNREACH || u.wr.errno == unix.EINVAL:
+		switch e := u.wr.errno; {
+		case e != 0 && u.wr.group[0] > 1:
+			// The kernel refused the GSO send of the first group: EIO
+			// or EOPNOTSUPP when the device cannot segment (never use
+			// GSO again), EINVAL or EMSGSIZE when the segments exceed
+			// the path MTU (send this group as plain datagrams).
+			if e == unix.EIO || e == unix.EOPNOTSUPP || e == unix.ENOPROTOOPT {
+				u.gso = false
+			}
+			u.noGSOOnce = true
+		case e == unix.ECONNREFUSED || e == unix.EHOSTUNREACH || e == unix.ENETUNREACH || e == unix.EINVAL:
 			sent++ // skip the message the kernel refused
-		case u.wr.errno != 0:
-			return sent, fmt.Errorf("transport: sendmmsg: %w", u.wr.errno)
+		case e != 0:
+			return sent, fmt.Errorf("transport: sendmmsg: %w", e)
 		default:
-			sent += u.wr.done
+			for i := 0; i < u.wr.done; i++ {
+				sent += u.wr.group[i]
+				if u.wr.group[i] > 1 {
+					u.gsoSends.Add(1)
+				}
+			}
 		}
 	}
 	return sent, nil
+}
+
+// prepareWrite fills the send headers for the messages at the start of
+// msgs, grouping runs for GSO.
+func (u *UDP) prepareWrite(msgs []Message) {
+	h, iov, carried := 0, 0, 0
+	for carried < len(msgs) && h < MaxBatch && iov < MaxBatch {
+		k := 1
+		if u.gso && !u.noGSOOnce {
+			k = min(gsoGroup(msgs[carried:]), MaxBatch-iov)
+		}
+		u.noGSOOnce = false
+		u.fillHeader(h, iov, msgs[carried:carried+k])
+		carried += k
+		iov += k
+		h++
+	}
+	u.wr.n = h
+}
+
+// fillHeader points send header h at iovecs iov.. for the messages group,
+// with a UDP_SEGMENT control message when there are several.
+func (u *UDP) fillHeader(h, iov int, group []Message) {
+	for j := range group {
+		u.wr.iovs[iov+j].Base = &group[j].Buf[0]
+		u.wr.iovs[iov+j].SetLen(group[j].N)
+	}
+	hdr := &u.wr.hdrs[h].hdr
+	hdr.Iov = &u.wr.iovs[iov]
+	hdr.SetIovlen(len(group))
+	hdr.Namelen = toSockaddr(&u.wr.names[h], group[0].Addr)
+	if len(group) > 1 {
+		hdr.Control = &u.wr.ctl[h][0]
+		hdr.SetControllen(putGSOCmsg(u.wr.ctl[h][:], group[0].N))
+	} else {
+		hdr.Control = nil
+		hdr.SetControllen(0)
+	}
+	u.wr.group[h] = len(group)
 }
 
 // LocalAddr implements Conn.
