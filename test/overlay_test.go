@@ -38,6 +38,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/detour-overlay/detour/internal/api"
+	"github.com/detour-overlay/detour/internal/scenario"
 	"github.com/detour-overlay/detour/internal/testbed"
 	"github.com/detour-overlay/detour/internal/wanem"
 )
@@ -101,11 +102,50 @@ type overlay struct {
 	api []*api.Client
 }
 
+// ovPrefix names the namespaces of the overlay tests: other tests of this
+// package (tbPrefix) may run at the same time in another process, and
+// `testbed up` clears namespaces with its prefix.
+const ovPrefix = "dto-"
+
+// run runs `detour testbed ARGS...` on the overlay's testbed.
+func (o *overlay) run(args ...string) (string, string, error) {
+	cmd := exec.Command(o.bin, append([]string{"testbed"}, args...)...)
+	cmd.Env = append(os.Environ(), "DETOUR_TESTBED_STATE="+o.dir, "DETOUR_TESTBED_PREFIX="+ovPrefix)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+// upOverlay brings a testbed up with prefix ovPrefix and registers its
+// removal, which runs even when the test fails.
 func upOverlay(t *testing.T, scen string, args ...string) *overlay {
 	t.Helper()
-	b := upBed(t, scen, args...)
-	o := &overlay{bed: b}
-	for _, s := range b.st.Sites {
+	o := &overlay{bed: &bed{t: t, bin: detourBin(t), dir: t.TempDir()}}
+	bedDirsMu.Lock()
+	bedDirs = append(bedDirs, o.dir)
+	bedDirsMu.Unlock()
+	t.Cleanup(func() {
+		if _, e, err := o.run("down"); err != nil {
+			t.Errorf("down: %v: %s", err, e)
+		}
+		if left := namespaces(ovPrefix); len(left) > 0 {
+			t.Errorf("namespaces left after down: %v", left)
+		}
+	})
+	t0 := time.Now()
+	out, errOut, err := o.run(append([]string{"up", scen}, args...)...)
+	o.upDur = time.Since(t0)
+	if err != nil {
+		t.Fatalf("up %s: %v\n%s%s", scen, err, out, errOut)
+	}
+	if o.st, err = testbed.LoadState(o.dir); err != nil {
+		t.Fatal(err)
+	}
+	if o.sc, err = scenario.Load(scen); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range o.st.Sites {
 		o.api = append(o.api, agentClient(t, s.Gateway))
 	}
 	return o
@@ -857,7 +897,7 @@ func TestOverlayThroughput(t *testing.T) {
 // its own so that a daemon started by mistake could touch nothing else.
 func TestAgentBadConfig(t *testing.T) {
 	bin := detourBin(t)
-	ns := tbPrefix + "badcfg"
+	ns := ovPrefix + "badcfg"
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v: %s", err, out)
 	}
@@ -908,4 +948,27 @@ func TestAgentBadConfig(t *testing.T) {
 			t.Errorf("valid file: %v: %s", err, out)
 		}
 	})
+}
+
+// TestOverlayZZNothingLeftBehind runs after the overlay tests: no namespace
+// with their prefix and no process of theirs may remain.
+func TestOverlayZZNothingLeftBehind(t *testing.T) {
+	detourBin(t)
+	if ns := namespaces(ovPrefix); len(ns) > 0 {
+		t.Errorf("namespaces left: %v", ns)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+		mine := strings.Contains(cmd, ovPrefix)
+		bedDirsMu.Lock()
+		for _, d := range bedDirs {
+			mine = mine || strings.Contains(cmd, d)
+		}
+		bedDirsMu.Unlock()
+		if mine {
+			t.Errorf("process left: %s: %s", filepath.Dir(p), cmd)
+		}
+	}
 }
