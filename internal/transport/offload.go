@@ -226,16 +226,13 @@ func spillFrom(msgs []Message, fit, got int, seg []int, room int, sp *spill) {
 // placeSegments copies the first k datagrams of message i (segment size
 // s) to messages pos..pos+k-1, last first, so that message i's own buffer
 // is read before it can be written (only when pos == i, and then its
-// first datagram is already in place).
+// first datagram is already in place). k may be less than the number of
+// datagrams the message holds.
 func placeSegments(msgs []Message, i, pos, k, s int) {
 	src := &msgs[i]
 	n, addr := src.N, src.Addr
-	if k == 1 {
-		if pos != i {
-			msgs[pos].N = copy(msgs[pos].Buf, src.Buf[:n])
-			msgs[pos].Addr = addr
-		}
-		return
+	if s <= 0 || s > n {
+		s = n // a plain datagram
 	}
 	for j := k - 1; j >= 0; j-- {
 		end := min((j+1)*s, n)
