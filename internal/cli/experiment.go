@@ -161,7 +161,8 @@ func experiment(o experimentOptions, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w (partial results in %s)", runErr, out)
 	}
 	plot(o.plot, bin, out, stderr)
-	fmt.Fprintf(stdout, "lanman2017: geo-replicated %s, client at %s, leader %s; %d operations of each kind per server and phase\n", cfg.Store, lanman.Client, lanman.Leader, cfg.Ops)
+	name := map[string]string{lanman.ZooKeeper: "ZooKeeper", lanman.Etcd: "etcd"}[cfg.Store]
+	fmt.Fprintf(stdout, "lanman2017: geo-replicated %s, client at %s, leader %s; %d operations of each kind per server and phase\n", name, lanman.Client, lanman.Leader, cfg.Ops)
 	if err := res.WriteReport(stdout); err != nil {
 		return err
 	}
