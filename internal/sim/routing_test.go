@@ -40,8 +40,11 @@ func TestOneWayTIV(t *testing.T) {
 	for _, off := range [][3]time.Duration{{}, {3 * time.Second, -7 * time.Second, 11 * time.Second}} {
 		t.Run(fmt.Sprint(off), func(t *testing.T) {
 			n := triangle(d, off, ms, 7)
+			if off[0] != 0 { // and clocks running ±50 ppm apart
+				n.Site("A").Skew, n.Site("C").Skew = 50e-6, -50e-6
+			}
 			start(t, n)
-			n.RunFor(6 * time.Second)
+			n.RunFor(60 * time.Second)
 			if got := n.PathNames("A", "C"); !slices.Equal(got, []string{"B", "C"}) {
 				t.Errorf("A→C path %v, want via B", got)
 			}

@@ -245,6 +245,9 @@ func (n *Net) after(s *Site) {
 		return
 	}
 	at := s.global(dl)
+	for s.Local(at).Before(dl) { // rounding with skew: never wake early
+		at = at.Add(time.Nanosecond)
+	}
 	if at.Before(n.now) {
 		at = n.now
 	}
