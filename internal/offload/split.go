@@ -1,0 +1,117 @@
+package offload
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// Errors of Split.
+var (
+	ErrNoRoom      = errors.New("offload: not enough output buffers or room in them")
+	ErrUnsupported = errors.New("offload: unsupported GSO type or frame")
+	ErrBadOffsets  = errors.New("offload: checksum offsets outside the frame")
+)
+
+// Split turns what a TAP device with IFF_VNET_HDR gave (pkt: a
+// virtio_net_hdr and an Ethernet frame) into ordinary Ethernet frames with
+// complete checksums, written into outs; sizes[i] is set to the length of
+// frame i and the number of frames is returned.
+//
+// A TCP super-frame (GSO type TCPv4 or TCPv6) becomes one frame per
+// GSOSize bytes of payload, each with its own IP length (and IPv4 ID and
+// header checksum), TCP sequence number and checksum; FIN and PSH stay on
+// the last segment only, CWR on the first. A frame without GSO is copied,
+// its partial checksum completed if the header asks for it. pkt may be
+// modified. Split allocates nothing.
+func Split(pkt []byte, outs [][]byte, sizes []int) (int, error) {
+	h, err := ParseHdr(pkt)
+	if err != nil {
+		return 0, err
+	}
+	frame := pkt[HdrLen:]
+	switch h.GSOType &^ GSOECN {
+	case GSONone:
+		return splitNone(frame, h, outs, sizes)
+	case GSOTCPv4, GSOTCPv6:
+		return splitTCP(frame, h, outs, sizes)
+	}
+	return 0, ErrUnsupported
+}
+
+// splitNone completes a partial checksum and copies the frame.
+func splitNone(frame []byte, h Hdr, outs [][]byte, sizes []int) (int, error) {
+	if h.Flags&FlagNeedsCsum != 0 {
+		if err := completeChecksum(frame, int(h.CsumStart), int(h.CsumOffset)); err != nil {
+			return 0, err
+		}
+	}
+	if len(outs) == 0 || len(sizes) == 0 || len(outs[0]) < len(frame) {
+		return 0, ErrNoRoom
+	}
+	sizes[0] = copy(outs[0], frame)
+	return 1, nil
+}
+
+// completeChecksum finishes a checksum the sender left partial: the field
+// at start+off holds the pseudo-header sum; the checksum covers
+// frame[start:].
+func completeChecksum(frame []byte, start, off int) error {
+	if start > len(frame) || off < 0 || start+off+2 > len(frame) {
+		return ErrBadOffsets
+	}
+	binary.BigEndian.PutUint16(frame[start+off:], ^fold(sum(0, frame[start:])))
+	return nil
+}
+
+// splitTCP cuts a TCP super-frame into segments of h.GSOSize payload bytes.
+func splitTCP(frame []byte, h Hdr, outs [][]byte, sizes []int) (int, error) {
+	var f tcpFrame
+	// The kernel gives a super-frame valid IP lengths (up to 64 KB).
+	if !parseTCP(frame, &f) || h.GSOSize == 0 || f.v6 != (h.GSOType&^GSOECN == GSOTCPv6) {
+		return 0, ErrUnsupported
+	}
+	mss, payload := int(h.GSOSize), frame[f.end:f.ipEnd]
+	n := max(1, (len(payload)+mss-1)/mss)
+	if n > len(outs) || n > len(sizes) {
+		return 0, ErrNoRoom
+	}
+	seq := binary.BigEndian.Uint32(frame[f.l4+4:])
+	flags := frame[f.l4+13]
+	for i := 0; i < n; i++ {
+		chunk := payload[i*mss : min((i+1)*mss, len(payload))]
+		out := outs[i]
+		if len(out) < f.end+len(chunk) {
+			return 0, ErrNoRoom
+		}
+		copy(out, frame[:f.end])
+		copy(out[f.end:], chunk)
+		fl := flags
+		if i < n-1 {
+			fl &^= tcpFlagFIN | tcpFlagPSH
+		}
+		if i > 0 {
+			fl &^= tcpFlagCWR
+		}
+		segment(out[:f.end+len(chunk)], &f, seq+uint32(i*mss), fl, uint16(i))
+		sizes[i] = f.end + len(chunk)
+	}
+	return n, nil
+}
+
+// segment fixes the headers of one segment out (headers and payload) cut
+// from a super-frame: IP length, IPv4 ID and header checksum, TCP sequence
+// number, flags and checksum.
+func segment(out []byte, f *tcpFrame, seq uint32, flags uint8, i uint16) {
+	tcpLen := len(out) - f.l4
+	if !f.v6 {
+		id := binary.BigEndian.Uint16(out[f.l3+4:])
+		binary.BigEndian.PutUint16(out[f.l3+4:], id+i)
+	}
+	f.setIPLength(out, tcpLen)
+	tcp := out[f.l4:]
+	binary.BigEndian.PutUint32(tcp[4:], seq)
+	tcp[13] = flags
+	tcp[tcpCsumOff], tcp[tcpCsumOff+1] = 0, 0
+	src, dst := f.addrs(out)
+	binary.BigEndian.PutUint16(tcp[tcpCsumOff:], ^fold(sum(pseudoSum(src, dst, protoTCP, tcpLen), tcp)))
+}
