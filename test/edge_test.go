@@ -750,7 +750,7 @@ func (o *overlay) checkAltered(t *testing.T, fuj []capPacket) {
 		if pathLen > 1 {
 			binary.BigEndian.PutUint64(u[hl+16:], binary.BigEndian.Uint64(u[hl+16:])+1<<20)
 		}
-		u[len(u)-20] ^= 0x01                  // inside the encrypted frame
+		u[len(u)-20] ^= 0x01                     // inside the encrypted frame
 		binary.BigEndian.PutUint16(q[ihl+6:], 0) // no UDP checksum
 		if pathLen > 1 && len(relayed) < 20 {
 			relayed = append(relayed, q)
@@ -928,5 +928,185 @@ func (o *overlay) checkRogues(t *testing.T) {
 	}
 	if p := o.path(o.idx("Fujisawa"), "Seoul"); p != "Inagi>Seoul" {
 		t.Errorf("Fujisawa's path to Seoul after the rogues: %q", p)
+	}
+}
+
+// ---- 2. virtual networks ----
+
+// vnet is a virtual network added by a test: a bridge per gateway and a
+// host per site behind it, addressed like the default network's hosts
+// (the same 198.19.0.0/16 addresses: overlapping ranges).
+type vnet struct {
+	name  string
+	id    uint32
+	hosts []testbed.HostState // per site, in site order
+}
+
+// addNetwork creates network name with identifier id on every site: a
+// bridge brN in each gateway, a host namespace (under the tests' prefix)
+// on it with the address of the site's default host, and `detour net
+// attach` of the network to the bridge.
+func (o *overlay) addNetwork(t *testing.T, name string, id uint32, tag string, extra ...string) *vnet {
+	t.Helper()
+	v := &vnet{name: name, id: id}
+	br := "br" + tag
+	for i, s := range o.st.Sites {
+		ns := s.Gateway + "." + tag
+		if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+			t.Fatalf("ip netns add %s: %v: %s", ns, err, out)
+		}
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+		addr := s.Hosts[0].Addr
+		lines := []string{
+			"link add " + br + " type bridge", "link set " + br + " up",
+			fmt.Sprintf("link add v%s type veth peer name eth0 netns %s", tag, ns),
+			fmt.Sprintf("link set v%s master %s mtu %d up", tag, br, o.st.HostMTU),
+		}
+		cmd := exec.Command("ip", "-n", s.Gateway, "-b", "-")
+		cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", s.Gateway, err, out)
+		}
+		cmd = exec.Command("ip", "-n", ns, "-b", "-")
+		cmd.Stdin = strings.NewReader(fmt.Sprintf("link set lo up\nlink set eth0 mtu %d up\naddr add %s/16 dev eth0\n", o.st.HostMTU, addr))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", ns, err, out)
+		}
+		v.hosts = append(v.hosts, testbed.HostState{NS: ns, Addr: addr})
+		args := append([]string{"net", "attach", name, "--id", strconv.Itoa(int(id)), "--tap", "dt-" + tag, "--bridge", br, "--mtu", strconv.Itoa(o.st.HostMTU)}, extra...)
+		o.mustDetour(t, s.Name, args...)
+		_ = i
+	}
+	return v
+}
+
+// macOf returns the MAC address of dev in namespace ns.
+func macOf(t *testing.T, ns, dev string) string {
+	t.Helper()
+	out, err := exec.Command("ip", "-n", ns, "-br", "link", "show", dev).Output()
+	f := strings.Fields(string(out))
+	if err != nil || len(f) < 3 {
+		t.Fatalf("MAC of %s in %s: %v: %s", dev, ns, err, out)
+	}
+	return f[2]
+}
+
+// srcMACs counts the frames of an Ethernet capture by source MAC.
+func srcMACs(pk []capPacket) map[string]int {
+	out := map[string]int{}
+	for _, p := range pk {
+		if p.link == 1 && len(p.data) >= 14 {
+			out[net.HardwareAddr(p.data[6:12]).String()]++
+		}
+	}
+	return out
+}
+
+// TestEdgeTwoNetworks: the default network and a second one ("blue", id
+// 77) span the three sites with the same host addresses. Every host pings
+// the other two of its network, both networks at once: all replies
+// arrive, every host resolves the addresses to its own network's MACs,
+// captures on the six hosts show no frame from the other network, and
+// every site's FDB keeps each network's MACs apart.
+func TestEdgeTwoNetworks(t *testing.T) {
+	o := upEdge(t, "leon-japan", "--overlay", "detour")
+	blue := o.addNetwork(t, "blue", 77, "b1")
+	red := &vnet{name: "default", id: 1}
+	for _, s := range o.st.Sites {
+		red.hosts = append(red.hosts, s.Hosts[0])
+	}
+	nets := []*vnet{red, blue}
+	mac := map[string]string{} // MAC -> network name
+	for _, n := range nets {
+		for _, h := range n.hosts {
+			mac[macOf(t, h.NS, "eth0")] = n.name
+		}
+	}
+	for _, s := range o.st.Sites {
+		mac[macOf(t, s.Gateway, "detour0")] = "default"
+		mac[macOf(t, s.Gateway, "dt-b1")] = "blue"
+	}
+	var caps []*capture
+	for _, n := range nets {
+		for _, h := range n.hosts {
+			caps = append(caps, startCapture(t, h.NS, "eth0"))
+		}
+	}
+	type res struct {
+		net, from, to string
+		sent, got     int
+	}
+	var mu sync.Mutex
+	var results []res
+	var wg sync.WaitGroup
+	for _, n := range nets {
+		for i, h := range n.hosts {
+			for j, d := range n.hosts {
+				if i == j {
+					continue
+				}
+				wg.Go(func() {
+					rtts, _ := pingRTTs(h.NS, d.Addr, 20, "0.05")
+					mu.Lock()
+					results = append(results, res{n.name, o.st.Sites[i].Name, o.st.Sites[j].Name, 20, len(rtts)})
+					mu.Unlock()
+				})
+			}
+		}
+	}
+	wg.Wait()
+	for _, r := range results {
+		t.Logf("network %-7s ping %s -> %s (same addresses in both networks): %d of %d replies", r.net, r.from, r.to, r.got, r.sent)
+		if r.got < r.sent-1 {
+			t.Errorf("network %s: %s -> %s: %d of %d replies", r.net, r.from, r.to, r.got, r.sent)
+		}
+	}
+	k := 0
+	for _, n := range nets {
+		for i, h := range n.hosts {
+			pk := caps[k].stop()
+			k++
+			var own, cross int
+			for m, c := range srcMACs(pk) {
+				switch mac[m] {
+				case n.name:
+					own += c
+				case "":
+				default:
+					cross += c
+					t.Errorf("network %s, host at %s: %d frames from %s of network %s", n.name, o.st.Sites[i].Name, c, m, mac[m])
+				}
+			}
+			// ARP: every address resolves to its own network's host.
+			neigh, _ := exec.Command("ip", "-n", h.NS, "neigh", "show", "dev", "eth0").Output()
+			bad := 0
+			for _, line := range strings.Split(strings.TrimSpace(string(neigh)), "\n") {
+				f := strings.Fields(line)
+				if len(f) >= 3 && f[1] == "lladdr" && mac[f[2]] != n.name {
+					bad++
+					t.Errorf("network %s, host at %s: %s resolves to %s (%q)", n.name, o.st.Sites[i].Name, f[0], f[2], mac[f[2]])
+				}
+			}
+			t.Logf("tcpdump -i eth0 on network %s's host at %s: %d frames, %d from its own network, %d from the other; ARP entries of the other network: %d", n.name, o.st.Sites[i].Name, len(pk), own, cross, bad)
+			if own < 40 {
+				t.Errorf("network %s, host at %s: only %d frames of its own network captured", n.name, o.st.Sites[i].Name, own)
+			}
+		}
+	}
+	for i, s := range o.st.Sites {
+		var fdb []api.FDBEntry
+		if err := o.api[i].Get("/v1/fdb", &fdb); err != nil {
+			t.Fatal(err)
+		}
+		per := map[uint32]int{}
+		for _, e := range fdb {
+			want := map[string]uint32{"default": 1, "blue": 77}[mac[e.MAC]]
+			if want != 0 && want != e.Network {
+				t.Errorf("%s: FDB has %s (network %s) in network %d", s.Name, e.MAC, mac[e.MAC], e.Network)
+			}
+			per[e.Network]++
+		}
+		c := o.counters(t, s.Name)
+		t.Logf("%s: detour fdb: %d entries in network 1, %d in network 77; drop_unknown_network %d", s.Name, per[1], per[77], c["drop_unknown_network"])
 	}
 }
