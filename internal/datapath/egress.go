@@ -175,10 +175,44 @@ func (g *egress) unicast(dst wire.SiteID, i, n int) {
 		g.e.stats.DropNoRoute.Add(1)
 		return
 	}
+	g.duplicate(rt, g.frames[i][:n])
 	start := Headroom - g.frameOffset()
 	if m, ok := g.seal(g.bufs[i][start:], n, rt); ok {
 		g.emit(dst, rt, m)
 	}
+}
+
+// duplicate queues a copy of the frame on the route's backup path, while
+// its primary path is in doubt. The copy has the same sequence number, so
+// the destination delivers whichever arrives first and drops the other.
+// It must be called before the primary is sealed (sealing encrypts the
+// frame in place), and leaves g.hdr as it found it.
+func (g *egress) duplicate(rt *routing.Route, frame []byte) {
+	if len(rt.Backup) == 0 || len(rt.Backup) > wire.MaxPath {
+		return
+	}
+	primary := g.hdr
+	g.hdr.PathLen = uint8(copy(g.hdr.Path[:], rt.Backup))
+	g.hdr.Flags = wire.DataFlagDuplicate
+	b := g.floodBuf()
+	copy(b[g.frameOffset():], frame)
+	backup := *rt
+	backup.FirstHop = rt.BackupFirstHop
+	if m, ok := g.seal(b, len(frame), &backup); ok {
+		g.msgs = append(g.msgs, m)
+		g.e.stats.Duplicated.Add(1)
+	}
+	g.hdr = primary
+}
+
+// floodBuf returns a spare packet buffer of the current batch.
+func (g *egress) floodBuf() []byte {
+	if g.nflood == len(g.flood) {
+		g.flood = append(g.flood, make([]byte, Headroom+len(g.frames[0])+Tailroom))
+	}
+	b := g.flood[g.nflood]
+	g.nflood++
+	return b
 }
 
 // frameOffset is where the frame starts in a packet with g.hdr's path.
@@ -216,13 +250,10 @@ func (g *egress) broadcast(frame []byte) {
 			g.e.stats.DropNoRoute.Add(1)
 			continue
 		}
-		if g.nflood == len(g.flood) {
-			g.flood = append(g.flood, make([]byte, Headroom+len(g.frames[0])+Tailroom))
-		}
-		b := g.flood[g.nflood]
+		g.duplicate(rt, frame)
+		b := g.floodBuf()
 		copy(b[g.frameOffset():], frame)
 		if m, ok := g.seal(b, len(frame), rt); ok {
-			g.nflood++
 			g.emit(site, rt, m)
 			queued = true
 		}

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -132,5 +133,27 @@ func TestSwitchToLongerPathDoesNotHold(t *testing.T) {
 	sendFrames(g, 1)
 	if p := <-rc.sent; p.to != addr3 || e.stats.Holds.Load() != 0 {
 		t.Errorf("switch to a longer path held packets (holds %d) or went to %v", e.stats.Holds.Load(), p.to)
+	}
+}
+
+func TestBackupPathCarriesACopyTheDestinationDrops(t *testing.T) {
+	a, b, c := threeSites(t)
+	// Give a a route to c whose direct path is in doubt, with b as backup.
+	addrs := map[wire.SiteID]netip.AddrPort{2: b.eng.conn.LocalAddr(), 3: c.eng.conn.LocalAddr()}
+	a.eng.SetRoutes(routing.NewTable(5, 1, []*routing.Route{
+		{Dest: 2, Path: []wire.SiteID{2}, FirstHop: addrs[2]},
+		{Dest: 3, Path: []wire.SiteID{3}, FirstHop: addrs[3], Backup: []wire.SiteID{2, 3}, BackupFirstHop: addrs[2]},
+	}, addrs))
+	c.dev.Inject(frame(0xff, 0xc, "here is c"))
+	expect(t, a, frame(0xff, 0xc, "here is c"))
+	expect(t, b, frame(0xff, 0xc, "here is c"))
+	for i := 0; i < 5; i++ {
+		a.dev.Inject(frame(0xc, 0xa, fmt.Sprintf("frame %d", i)))
+		expect(t, c, frame(0xc, 0xa, fmt.Sprintf("frame %d", i)))
+	}
+	expectNone(t, c)
+	waitCount(t, &c.eng.Stats().DropDuplicate, 5)
+	if a.eng.Stats().Duplicated.Load() != 5 || b.eng.Stats().Relayed.Load() != 5 {
+		t.Errorf("duplicated %d, relayed by b %d; want 5 and 5", a.eng.Stats().Duplicated.Load(), b.eng.Stats().Relayed.Load())
 	}
 }

@@ -13,6 +13,7 @@ type Stats struct {
 	BytesReceived   atomic.Uint64
 	Relayed         atomic.Uint64 // data packets forwarded for other sites
 	Flooded         atomic.Uint64 // frames sent to every site
+	Duplicated      atomic.Uint64 // copies sent on a backup path while the primary was in doubt
 	ControlIn       atomic.Uint64 // control datagrams handed to the control plane
 	MSSClamped      atomic.Uint64 // TCP SYNs whose MSS option was lowered
 	Shaped          atomic.Uint64 // device batches delayed by a rate limit
@@ -44,6 +45,7 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"bytes_received":       s.BytesReceived.Load(),
 		"relayed":              s.Relayed.Load(),
 		"flooded":              s.Flooded.Load(),
+		"duplicated":           s.Duplicated.Load(),
 		"control_in":           s.ControlIn.Load(),
 		"mss_clamped":          s.MSSClamped.Load(),
 		"shaped":               s.Shaped.Load(),

@@ -57,6 +57,13 @@ type Route struct {
 	// computes for the destination's own route back here: the sum of two
 	// offset-shifted path delays around a cycle, which is offset-free.
 	RTTEstimate time.Duration
+	// Backup, when not nil, is a second path (with its first hop) on which
+	// the data path sends a copy of every frame, because Path is in doubt
+	// (probes or replies on it are missing); the destination drops
+	// whichever copy arrives second. It is cleared once Path is confirmed
+	// or replaced.
+	Backup         []wire.SiteID
+	BackupFirstHop netip.AddrPort
 	// Pinned is true when an operator pinned this path.
 	Pinned bool
 	// Since is when this path was installed (this site's clock).
