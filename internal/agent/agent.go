@@ -64,6 +64,7 @@ type Agent struct {
 type ctlPacket struct {
 	from netip.AddrPort
 	data []byte
+	at   time.Time // when the datagram was read from the socket
 }
 
 // Options are the agent's run-time dependencies; tests replace them with
@@ -208,7 +209,7 @@ func (a *Agent) closeAll() {
 // onControl is called by the data path for every control datagram.
 func (a *Agent) onControl(from netip.AddrPort, pkt []byte) {
 	select {
-	case a.ctlIn <- ctlPacket{from: from, data: append([]byte(nil), pkt...)}:
+	case a.ctlIn <- ctlPacket{from: from, data: append([]byte(nil), pkt...), at: a.clock.Now()}:
 	default:
 		// The control loop is behind; probes are periodic, so losing one
 		// only costs a sample.
@@ -289,7 +290,9 @@ const secTickInterval = 100 * time.Millisecond
 // receive hands a control datagram to the control node, through the
 // secure layer when the overlay is encrypted. The caller holds a.mu.
 func (a *Agent) receive(p ctlPacket) {
-	now := a.clock.Now()
+	// Probe timestamps must be those of the socket read, not of the
+	// moment the control loop got to the datagram.
+	now := p.at
 	data := p.data
 	if a.sec != nil {
 		if data = a.sec.open(now, p.from, data, a.sendNow); data == nil {
