@@ -53,6 +53,7 @@ type Agent struct {
 	table       *routing.Table
 	changes     map[wire.SiteID]uint64 // path changes per destination
 	sec         *secure                // nil when the overlay runs in the clear
+	lastNow     time.Time              // the latest time given to the node
 	lastSecTick time.Time
 	ctlIn       chan ctlPacket
 	started     time.Time
@@ -265,6 +266,7 @@ func (a *Agent) controlLoop(ctx context.Context) {
 		case <-timer.C:
 			a.mu.Lock()
 			now := a.clock.Now()
+			a.lastNow = now
 			a.node.Tick(now)
 			if a.sec != nil && now.Sub(a.lastSecTick) >= secTickInterval {
 				a.sec.tick(now, a.sendNow)
@@ -291,8 +293,13 @@ const secTickInterval = 100 * time.Millisecond
 // secure layer when the overlay is encrypted. The caller holds a.mu.
 func (a *Agent) receive(p ctlPacket) {
 	// Probe timestamps must be those of the socket read, not of the
-	// moment the control loop got to the datagram.
+	// moment the control loop got to the datagram; but the node's clock
+	// never goes back, even if a tick ran after the read.
 	now := p.at
+	if now.Before(a.lastNow) {
+		now = a.lastNow
+	}
+	a.lastNow = now
 	data := p.data
 	if a.sec != nil {
 		if data = a.sec.open(now, p.from, data, a.sendNow); data == nil {
