@@ -93,11 +93,22 @@ func (s *Shaper) Delay(network uint32, n int, now time.Time) time.Duration {
 	if s.site == nil {
 		return wait
 	}
-	if b != nil && b.min != nil && b.min.AllowN(now, n) {
-		// Within the guarantee: pass, but count against the shared
-		// capacity so that others yield.
-		s.site.ReserveN(now, n)
-		return wait
+	if b != nil && b.min != nil {
+		// A network with a guarantee sends as soon as either its
+		// guarantee or the shared capacity allows, and always counts
+		// against the shared capacity so that others yield. (The device
+		// loop asks for whole batches of up to 32 frames: taking the
+		// guarantee only when it covers the batch at once would send
+		// most batches of a busy network to the shared capacity, where
+		// its guarantee no longer holds.)
+		rm := b.min.ReserveN(now, n)
+		rs := s.site.ReserveN(now, n)
+		dm, ds := rm.DelayFrom(now), rs.DelayFrom(now)
+		if rm.OK() && dm < ds {
+			return max(wait, dm)
+		}
+		rm.CancelAt(now)
+		return max(wait, ds)
 	}
 	return max(wait, s.site.ReserveN(now, n).DelayFrom(now))
 }
