@@ -1110,3 +1110,79 @@ func TestEdgeTwoNetworks(t *testing.T) {
 		t.Logf("%s: detour fdb: %d entries in network 1, %d in network 77; drop_unknown_network %d", s.Name, per[1], per[77], c["drop_unknown_network"])
 	}
 }
+
+// ---- 4. rate limits ----
+
+// tapTx reads the bytes the kernel handed to a TAP device (the frames the
+// agent reads from it, before the shaper).
+func tapTx(t *testing.T, ns, dev string) uint64 {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", ns, "cat", "/sys/class/net/"+dev+"/statistics/tx_bytes").Output()
+	if err != nil {
+		t.Fatalf("tx_bytes of %s in %s: %v", dev, ns, err)
+	}
+	v, _ := strconv.ParseUint(strings.TrimSpace(string(out)), 10, 64)
+	return v
+}
+
+// limitedFlow runs one TCP flow Fujisawa -> Inagi on a network's hosts
+// for secs seconds (the first second omitted) and returns the goodput
+// (iperf3) in Mbit/s.
+func limitedFlow(t *testing.T, src, dst testbed.HostState, port, secs int) iperfResult {
+	return iperfNS(t, src.NS, dst.NS, dst.Addr, port, "-t", strconv.Itoa(secs), "-O", "1")
+}
+
+// TestEdgeRateLimits: a network's ceiling set at run time (`detour net
+// limit`) holds one TCP flow within ±5 % of it (20 and 50 Mbit/s); with a
+// site egress of 20 Mbit/s (`detour net egress`) two networks competing
+// get their guaranteed minimums (15 and 4 Mbit/s).
+func TestEdgeRateLimits(t *testing.T) {
+	secs := envInt("DETOUR_EDGE_SECONDS", 4)
+	o := upEdge(t, "leon-japan", "--overlay", "detour")
+	blue := o.addNetwork(t, "blue", 78, "b2")
+	src, dst := o.host("Fujisawa"), o.host("Inagi")
+	fgw := o.gw("Fujisawa")
+	for _, rate := range []float64{20, 50} {
+		o.mustDetour(t, "Fujisawa", "net", "limit", "default", "--max-rate", fmt.Sprintf("%gmbit", rate))
+		// The TAP's tx_bytes (frames the agent reads) from 1.5 s after
+		// the start to the end of the run: the shaped rate in steady state.
+		var l2 float64
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			time.Sleep(1500 * time.Millisecond)
+			tx0, t0 := tapTx(t, fgw, "detour0"), time.Now()
+			time.Sleep(time.Duration(secs)*time.Second - time.Second)
+			l2 = float64(tapTx(t, fgw, "detour0")-tx0) * 8 / time.Since(t0).Seconds() / 1e6
+		})
+		r := limitedFlow(t, src, dst, 5410, secs)
+		wg.Wait()
+		t.Logf("max_rate %g Mbit/s: Ethernet frames into the TAP %.2f Mbit/s (%+.1f %%); iperf3 -c %s -t %d -O 1 Fujisawa -> Inagi: TCP goodput %.2f Mbit/s (%+.1f %%; per second %.1f)",
+			rate, l2, (l2/rate-1)*100, dst.Addr, secs, r.RecvMbps, (r.RecvMbps/rate-1)*100, r.Intervals)
+		if math.Abs(l2/rate-1) > 0.05 {
+			t.Errorf("max_rate %g Mbit/s: frames leave at %.2f Mbit/s, not within ±5 %%", rate, l2)
+		}
+		// Headers: with MTU 1400 a full frame of 1414 bytes carries 1348
+		// bytes of TCP payload (95.3 %); allow 3 % more for the TCP.
+		if r.RecvMbps < rate*0.953*0.97 || r.RecvMbps > rate*1.05 {
+			t.Errorf("max_rate %g Mbit/s: goodput %.2f Mbit/s", rate, r.RecvMbps)
+		}
+	}
+	o.mustDetour(t, "Fujisawa", "net", "egress", "20mbit")
+	o.mustDetour(t, "Fujisawa", "net", "limit", "default", "--max-rate", "", "--min-rate", "15mbit")
+	o.mustDetour(t, "Fujisawa", "net", "limit", "blue", "--min-rate", "4mbit")
+	var wg sync.WaitGroup
+	var red, bl iperfResult
+	wg.Go(func() { red = limitedFlow(t, src, dst, 5411, secs) })
+	wg.Go(func() { bl = limitedFlow(t, blue.hosts[0], blue.hosts[1], 5412, secs) })
+	wg.Wait()
+	t.Logf("egress 20 Mbit/s, default min 15, blue min 4, both saturating: default %.2f Mbit/s (per second %.1f), blue %.2f Mbit/s (per second %.1f), sum %.2f",
+		red.RecvMbps, red.Intervals, bl.RecvMbps, bl.Intervals, red.RecvMbps+bl.RecvMbps)
+	// The shaper counts Ethernet frames; goodput is 95.3 % of them (see
+	// above), with 3 % for the TCP.
+	if red.RecvMbps < 15*0.953*0.97 || bl.RecvMbps < 4*0.953*0.97 {
+		t.Errorf("guaranteed minimums not met: default %.2f (min 15), blue %.2f (min 4) Mbit/s", red.RecvMbps, bl.RecvMbps)
+	}
+	if sum := red.RecvMbps + bl.RecvMbps; sum > 20*1.05 {
+		t.Errorf("egress 20 Mbit/s exceeded: %.2f Mbit/s", sum)
+	}
+}
