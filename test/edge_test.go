@@ -17,6 +17,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -1307,5 +1308,140 @@ func TestEdgeMTU(t *testing.T) {
 		if thr[1500] < 0.9*thr[1400] {
 			t.Errorf("host MTU 1500 over underlay 1400: %.1f Mbit/s, more than 10 %% below %.1f with 1400 everywhere", thr[1500], thr[1400])
 		}
+	}
+}
+
+// ---- 5. migration ----
+
+// TestEdgeMigration: Fujisawa's host streams timestamped records every 5
+// ms over TCP to Seoul's host; it moves to Inagi (`detour testbed migrate
+// Fujisawa --to Inagi`). The connection carries on, the largest gap
+// between records at Seoul is under 1 s, and every site's FDB has the
+// host at Inagi within 1 s of the move.
+func TestEdgeMigration(t *testing.T) {
+	o := upEdge(t, "leon-japan", "--overlay", "detour")
+	src, dst := o.host("Fujisawa"), o.host("Seoul")
+	hostMAC := macOf(t, src.NS, "eth0")
+	l, err := listenIn(dst.NS, dst.Addr+":5430")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := dialIn(ctx, src.NS, "tcp4", dst.Addr+":5430")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	var arrivals []time.Time
+	var seqs []uint64
+	readDone := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 16)
+		for {
+			srv.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.ReadFull(srv, buf); err != nil {
+				readDone <- err
+				return
+			}
+			arrivals = append(arrivals, time.Now())
+			seqs = append(seqs, binary.BigEndian.Uint64(buf))
+		}
+	}()
+	stopW := make(chan struct{})
+	writeDone := make(chan error, 1)
+	go func() {
+		rec := make([]byte, 16)
+		for seq := uint64(0); ; seq++ {
+			binary.BigEndian.PutUint64(rec, seq)
+			binary.BigEndian.PutUint64(rec[8:], uint64(time.Now().UnixNano()))
+			c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Write(rec); err != nil {
+				writeDone <- err
+				return
+			}
+			select {
+			case <-stopW:
+				writeDone <- nil
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	time.Sleep(time.Second)
+	t0 := time.Now()
+	out, e, err := edgeRun(o.bin, o.dir, "migrate", "Fujisawa", "--to", "Inagi")
+	moved := time.Now()
+	if err != nil {
+		t.Fatalf("migrate: %v: %s%s", err, out, e)
+	}
+	t.Logf("$ detour testbed migrate Fujisawa --to Inagi: %.0f ms", durMS(moved.Sub(t0)))
+	// Every site's FDB must place the host's MAC at Inagi.
+	fdbAt := map[string]time.Duration{}
+	for time.Since(t0) < 3*time.Second && len(fdbAt) < len(o.st.Sites) {
+		for i, s := range o.st.Sites {
+			if _, ok := fdbAt[s.Name]; ok {
+				continue
+			}
+			var fdb []api.FDBEntry
+			if o.api[i].Get("/v1/fdb", &fdb) != nil {
+				continue
+			}
+			for _, en := range fdb {
+				if en.MAC == hostMAC && en.Network == 1 && strings.HasPrefix(en.Site, "Inagi") {
+					fdbAt[s.Name] = time.Since(t0)
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	close(stopW)
+	if err := <-writeDone; err != nil {
+		t.Errorf("the connection broke on the sending side: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	srv.SetReadDeadline(time.Now())
+	<-readDone
+	var gap time.Duration
+	var gapAt time.Time
+	for k := 1; k < len(arrivals); k++ {
+		if d := arrivals[k].Sub(arrivals[k-1]); d > gap {
+			gap, gapAt = d, arrivals[k-1]
+		}
+	}
+	inOrder := true
+	for k := range seqs {
+		if seqs[k] != uint64(k) {
+			inOrder = false
+			break
+		}
+	}
+	after := 0
+	for _, a := range arrivals {
+		if a.After(moved) {
+			after++
+		}
+	}
+	for _, s := range o.st.Sites {
+		d, ok := fdbAt[s.Name]
+		t.Logf("%s's FDB has the host at Inagi %.0f ms after the migration started (found: %v)", s.Name, durMS(d), ok)
+		if !ok || d > time.Second+moved.Sub(t0) {
+			t.Errorf("%s's FDB did not follow the host within 1 s of its move (found %v after %v)", s.Name, ok, d)
+		}
+	}
+	t.Logf("TCP stream of a 16-byte record every 5 ms Fujisawa host -> Seoul host across the move: %d records, all in order %v, %d after the move; largest gap %.0f ms (%.0f ms after the migration started)",
+		len(seqs), inOrder, after, durMS(gap), durMS(gapAt.Sub(t0)))
+	if !inOrder || after < 100 {
+		t.Errorf("the stream did not continue: %d records after the move, in order %v", after, inOrder)
+	}
+	if gap >= time.Second {
+		t.Errorf("largest gap in the stream %v, want under 1 s", gap)
 	}
 }
