@@ -33,6 +33,11 @@ type Config struct {
 	// long, and a member down when nothing was heard from it and no live
 	// member reports a working link to it.
 	DownAfter time.Duration
+	// SuspectAfter marks an own link suspect when no probe reply arrived
+	// for this long (a few missed probes) although it is not down yet:
+	// routes over it then get a backup path and the data path sends on
+	// both until the link is confirmed or declared down. Zero disables.
+	SuspectAfter time.Duration
 	// JoinTimeout declares a member learned from a list, but never heard
 	// from, down.
 	JoinTimeout time.Duration
@@ -53,8 +58,9 @@ type Config struct {
 	Filter      measure.FilterConfig
 }
 
-// DefaultConfig returns the defaults: probes every 100 ms, down after
-// 500 ms (so a silent site is down within 1 s), link state refreshed every
+// DefaultConfig returns the defaults: probes every 100 ms, a link suspect
+// after 250 ms without a reply (two missed probes and a margin) and down
+// after 500 ms (so a silent site is down within 1 s), link state refreshed every
 // second and expired after 3.5 s, H = 3, hysteresis max(0.5 ms, 2 %) held
 // 300 ms.
 func DefaultConfig(name string, advertise netip.AddrPort, bootstrap ...netip.AddrPort) Config {
@@ -65,6 +71,7 @@ func DefaultConfig(name string, advertise netip.AddrPort, bootstrap ...netip.Add
 		ProbeInterval:     100 * time.Millisecond,
 		DownProbeInterval: time.Second,
 		DownAfter:         500 * time.Millisecond,
+		SuspectAfter:      250 * time.Millisecond,
 		JoinTimeout:       3 * time.Second,
 		GossipInterval:    time.Second,
 		BootstrapInterval: time.Second,
@@ -94,6 +101,9 @@ func (c *Config) Validate() error {
 		return configErr("probe intervals must be positive")
 	case c.DownAfter < 2*c.ProbeInterval:
 		return configErr("down-after %v must be at least two probe intervals (%v)", c.DownAfter, 2*c.ProbeInterval)
+	case c.SuspectAfter < 0 || (c.SuspectAfter > 0 && (c.SuspectAfter <= c.ProbeInterval || c.SuspectAfter >= c.DownAfter)):
+		return configErr("suspect-after %v must be zero or between the probe interval %v and down-after %v",
+			c.SuspectAfter, c.ProbeInterval, c.DownAfter)
 	case c.GossipInterval <= 0 || c.BootstrapInterval <= 0 || c.JoinTimeout <= 0:
 		return configErr("gossip, bootstrap and join intervals must be positive")
 	case c.ExpireAfter <= c.LinkState.Refresh || c.LinkState.Refresh <= 0:

@@ -202,6 +202,9 @@ func (n *Node) NextDeadline() time.Time {
 			earlier(m.lastHeard.Add(n.cfg.DownAfter))
 			if lr := m.link.LastReply(); !lr.IsZero() {
 				earlier(lr.Add(n.cfg.DownAfter))
+				if n.cfg.SuspectAfter > 0 {
+					earlier(lr.Add(n.cfg.SuspectAfter))
+				}
 			}
 		}
 	}
@@ -329,12 +332,24 @@ func (n *Node) route(now time.Time) {
 		}
 		for _, l := range o.Links {
 			if l.Up {
-				mx.Set(from, l.To, routing.Edge{Delay: l.Delay, RTT: l.RTT, Loss: l.Loss})
+				e := routing.Edge{Delay: l.Delay, RTT: l.RTT, Loss: l.Loss}
+				e.Suspect = from == n.self && n.suspect(now, n.members[l.To])
+				mx.Set(from, l.To, e)
 			}
 		}
 	}
 	sw := n.router.Update(now, mx, addrs)
 	n.counters.Switches += uint64(countRealSwitches(sw))
+}
+
+// suspect reports whether this site's link to m has missed replies for
+// SuspectAfter (it is in doubt, not yet down).
+func (n *Node) suspect(now time.Time, m *member) bool {
+	if m == nil || n.cfg.SuspectAfter <= 0 {
+		return false
+	}
+	lr := m.link.LastReply()
+	return !lr.IsZero() && now.Sub(lr) >= n.cfg.SuspectAfter
 }
 
 // countRealSwitches counts changes of an existing path (not first routes).

@@ -128,7 +128,7 @@ func (n *Node) onProbeReply(now time.Time, pkt []byte) error {
 	if m == nil || m.state == StateLeft {
 		return ErrUnknownSite
 	}
-	wasUp := m.link.Up(now)
+	wasUp, wasSuspect := m.link.Up(now), n.suspect(now, m)
 	if err := m.link.OnReply(now, &r); err != nil {
 		if errors.Is(err, measure.ErrBadTimes) {
 			return wire.ErrMalformed
@@ -136,8 +136,8 @@ func (n *Node) onProbeReply(now time.Time, pkt []byte) error {
 		return ErrStaleReply
 	}
 	n.heard(now, m)
-	if !wasUp {
-		n.refresh(now) // a link came up: tell the others now
+	if !wasUp || wasSuspect {
+		n.refresh(now) // a link came up or is confirmed: tell the others, drop backups
 	}
 	return nil
 }

@@ -14,6 +14,10 @@ type Edge struct {
 	// RTT is the round trip of the link (offset-free).
 	RTT  time.Duration
 	Loss float64
+	// Suspect marks a link that is still up but whose latest probe
+	// replies are missing: it may be dying. Routes over it (or through the
+	// site it leads to) are in doubt and get a backup path that avoids it.
+	Suspect bool
 }
 
 // Matrix is the graph routes are computed on: the live members (self
@@ -59,6 +63,36 @@ func (m *Matrix) Edge(from, to wire.SiteID) (Edge, bool) {
 		return Edge{}, false
 	}
 	return m.edges[i*len(m.ids)+j], true
+}
+
+// WithoutSuspects returns a copy of the matrix without its suspect links,
+// and the set of sites that a suspect link leaves src towards (sites that
+// may be dead, so not to be relayed through).
+func (m *Matrix) WithoutSuspects(src wire.SiteID) (*Matrix, map[wire.SiteID]bool) {
+	c := &Matrix{ids: m.ids, index: m.index, edges: m.edges, has: slices.Clone(m.has)}
+	doubt := map[wire.SiteID]bool{}
+	n := len(m.ids)
+	for i := range m.ids {
+		for j := range m.ids {
+			if k := i*n + j; m.has[k] && m.edges[k].Suspect {
+				c.has[k] = false
+				if m.ids[i] == src {
+					doubt[m.ids[j]] = true
+				}
+			}
+		}
+	}
+	return c, doubt
+}
+
+// HasSuspects reports whether any link of the matrix is suspect.
+func (m *Matrix) HasSuspects() bool {
+	for k, e := range m.edges {
+		if m.has[k] && e.Suspect {
+			return true
+		}
+	}
+	return false
 }
 
 // Sites returns the sites of the matrix, sorted. The slice is shared.

@@ -18,7 +18,7 @@ func (r *Router) publish(now time.Time, m *Matrix) {
 	for id, d := range r.dests {
 		mt, _ := m.Measure(r.cfg.Weights, r.self, d.path)
 		dt, up := m.Measure(r.cfg.Weights, r.self, []wire.SiteID{id})
-		key[id] = tableEntry{path: fmt.Sprint(d.path), delay: mt.Delay, direct: dt.Delay, directUp: up}
+		key[id] = tableEntry{path: fmt.Sprint(d.path), backup: fmt.Sprint(d.backup), delay: mt.Delay, direct: dt.Delay, directUp: up}
 	}
 	if !r.dirty && !drifted(r.tableKey, key) {
 		return
@@ -41,7 +41,7 @@ func drifted(old, cur map[wire.SiteID]tableEntry) bool {
 	}
 	for id, c := range cur {
 		o, ok := old[id]
-		if !ok || o.path != c.path || abs(o.delay-c.delay) > tableDrift ||
+		if !ok || o.path != c.path || o.backup != c.backup || abs(o.delay-c.delay) > tableDrift ||
 			o.directUp != c.directUp || abs(o.direct-c.direct) > tableDrift {
 			return true
 		}
@@ -70,6 +70,11 @@ func (r *Router) route(m *Matrix, id wire.SiteID, d *dest) *Route {
 	if e, ok := m.Edge(r.self, id); ok {
 		rt.DirectDelay, rt.DirectUp = e.Delay, true
 		rt.OneWayEstimate = e.RTT/2 + (mt.Delay - e.Delay)
+	}
+	if len(d.backup) > 0 {
+		if bf, ok := r.addrs[d.backup[0]]; ok {
+			rt.Backup, rt.BackupFirstHop = d.backup, bf
+		}
 	}
 	rt.RTTEstimate = mt.RTT
 	if back := m.ShortestPaths(r.cfg.Weights, id, r.cfg.MaxHops, r.noRelay)[r.self]; back != nil {

@@ -28,14 +28,17 @@ type Config struct {
 	// matrix fills in.
 	Settle time.Duration
 	// MinSwitchInterval damps flapping: after a switch, the next one that
-	// is not forced by a dead path waits at least this long (0 disables).
+	// is not forced (by a dead path, a forbidden relay or an operator's
+	// pin) waits at least this long (0 disables). First routes and the
+	// switches of the settling period do not start it, so the first real
+	// change of a stable route is followed after Hold alone.
 	MinSwitchInterval time.Duration
 	Weights           Weights
 }
 
 // DefaultConfig returns H = 3, max(0.5 ms, 2 %) held for 300 ms, 3 s of
-// settling, no flap damping, 1 ms of cost per 1 % of loss, and links
-// losing half their probes excluded.
+// settling, at most one unforced switch per destination every 10 s, 1 ms
+// of cost per 1 % of loss, and links losing half their probes excluded.
 func DefaultConfig() Config {
 	return Config{
 		MaxHops:      3,
@@ -43,7 +46,10 @@ func DefaultConfig() Config {
 		GainFraction: 0.02,
 		Hold:         300 * time.Millisecond,
 		Settle:       3 * time.Second,
-		Weights:      Weights{LossPenalty: 100 * time.Millisecond, MaxLoss: 0.5},
+		// A link oscillating around the switching threshold would
+		// otherwise move a route at every swing; ZeroTier waits 15 s.
+		MinSwitchInterval: 10 * time.Second,
+		Weights:           Weights{LossPenalty: 100 * time.Millisecond, MaxLoss: 0.5},
 	}
 }
 
@@ -86,6 +92,9 @@ type dest struct {
 	prevPath     []wire.SiteID
 	prevDelay    time.Duration
 	last         Switch
+	// backup is the best path avoiding the suspect links and sites while
+	// path is in doubt, nil otherwise.
+	backup []wire.SiteID
 }
 
 // Router selects the routes of one site and keeps the hysteresis state.
@@ -101,10 +110,16 @@ type Router struct {
 	addrs     map[wire.SiteID]netip.AddrPort
 	dirty     bool
 	matrix    *Matrix
+	// doubt holds, during an Update, the sites that a suspect link leads
+	// to from this site (maybe dead: never relay through them), and
+	// spare the best paths on the matrix without suspect links.
+	doubt map[wire.SiteID]bool
+	spare map[wire.SiteID][]wire.SiteID
 }
 
 type tableEntry struct {
 	path     string
+	backup   string
 	delay    time.Duration
 	direct   time.Duration // the direct link's delay, shown beside the path
 	directUp bool
@@ -193,6 +208,7 @@ func (r *Router) usable(m *Matrix, p []wire.SiteID) (Metrics, bool) {
 func (r *Router) Update(now time.Time, m *Matrix, addrs map[wire.SiteID]netip.AddrPort) []Switch {
 	r.matrix = m
 	best := m.ShortestPaths(r.cfg.Weights, r.self, r.cfg.MaxHops, r.noRelay)
+	r.spareRoutes(m)
 	var switches []Switch
 	for id := range r.dests {
 		if _, ok := best[id]; !ok {
@@ -208,6 +224,7 @@ func (r *Router) Update(now time.Time, m *Matrix, addrs map[wire.SiteID]netip.Ad
 		if s, ok := r.select1(now, m, id, bp); ok {
 			switches = append(switches, s)
 		}
+		r.setBackup(m, id)
 	}
 	if !maps2Equal(r.addrs, addrs) {
 		r.addrs = clone(addrs)
@@ -227,14 +244,14 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 	if pin, ok := r.pins[id]; ok {
 		if _, ok := m.Measure(r.cfg.Weights, r.self, pin); ok {
 			if !d.pinned || !slices.Equal(d.path, pin) {
-				return r.install(now, d, pin, true, "pinned by operator"), true
+				return r.install(now, d, pin, true, "pinned by operator", true), true
 			}
 			return Switch{}, false
 		}
 	}
 	bm, _ := m.Measure(r.cfg.Weights, r.self, bp)
 	if d.path == nil {
-		return r.install(now, d, bp, false, "first route"), true
+		return r.install(now, d, bp, false, "first route", false), true
 	}
 	cm, ok := r.usable(m, d.path)
 	if !ok || d.pinned {
@@ -242,7 +259,7 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 		if d.pinned {
 			reason = "pin removed or pinned path down"
 		}
-		return r.install(now, d, bp, false, reason), true
+		return r.install(now, d, bp, false, reason, true), true
 	}
 	if slices.Equal(d.path, bp) {
 		d.pendingSince = time.Time{}
@@ -251,11 +268,11 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 	gain := cm.Cost - bm.Cost
 	if now.Sub(d.firstSeen) < r.cfg.Settle {
 		if gain > 0 {
-			return r.install(now, d, bp, false, fmt.Sprintf("settling: better by %v", gain)), true
+			return r.install(now, d, bp, false, fmt.Sprintf("settling: better by %v", gain), false), true
 		}
 		return Switch{}, false
 	}
-	if gain < r.threshold(bm) {
+	if gain < r.threshold(bm) || r.inDoubt(m, bp) {
 		d.pendingSince = time.Time{}
 		return Switch{}, false
 	}
@@ -265,13 +282,21 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 	if now.Sub(d.pendingSince) < r.cfg.Hold {
 		return Switch{}, false
 	}
-	if r.cfg.MinSwitchInterval > 0 && !d.lastSwitch.IsZero() && now.Sub(d.lastSwitch) < r.cfg.MinSwitchInterval {
+	if r.damped(now, d) {
 		return Switch{}, false
 	}
-	return r.install(now, d, bp, false, fmt.Sprintf("better by %v for %v", gain.Round(time.Microsecond), now.Sub(d.pendingSince))), true
+	return r.install(now, d, bp, false, fmt.Sprintf("better by %v for %v", gain.Round(time.Microsecond), now.Sub(d.pendingSince)), true), true
 }
 
-func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, pinned bool, reason string) Switch {
+// damped reports whether flap damping still forbids an unforced switch of
+// d at now.
+func (r *Router) damped(now time.Time, d *dest) bool {
+	return r.cfg.MinSwitchInterval > 0 && !d.lastSwitch.IsZero() && now.Sub(d.lastSwitch) < r.cfg.MinSwitchInterval
+}
+
+// install makes p the path of d. damp starts the flap-damping interval:
+// false for first routes and settling, whose switches are not flaps.
+func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, pinned bool, reason string, damp bool) Switch {
 	s := Switch{At: now, From: d.path, To: slices.Clone(p), Reason: reason}
 	d.prevPath, d.prevDelay = nil, 0
 	if d.path != nil {
@@ -280,7 +305,10 @@ func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, pinned bool, r
 			d.prevPath, d.prevDelay = d.path, pm.Delay
 		}
 	}
-	d.path, d.pinned, d.since, d.lastSwitch = s.To, pinned, now, now
+	d.path, d.pinned, d.since = s.To, pinned, now
+	if damp {
+		d.lastSwitch = now
+	}
 	d.pendingSince = time.Time{}
 	d.last = s
 	r.dirty = true
@@ -296,11 +324,21 @@ func (r *Router) NextDeadline() time.Time {
 			continue
 		}
 		at := d.pendingSince.Add(r.cfg.Hold)
+		if r.cfg.MinSwitchInterval > 0 && !d.lastSwitch.IsZero() {
+			at = maxTime(at, d.lastSwitch.Add(r.cfg.MinSwitchInterval))
+		}
 		if t.IsZero() || at.Before(t) {
 			t = at
 		}
 	}
 	return t
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func maps2Equal(a, b map[wire.SiteID]netip.AddrPort) bool {
