@@ -487,9 +487,6 @@ func sink(l net.Listener) *sync.WaitGroup {
 	return &wg
 }
 
-var _ = math.Abs
-var _ = api.Status{}
-var _ = wire.TypeData
 
 // ---- 1. encryption ----
 
@@ -1443,5 +1440,103 @@ func TestEdgeMigration(t *testing.T) {
 	}
 	if gap >= time.Second {
 		t.Errorf("largest gap in the stream %v, want under 1 s", gap)
+	}
+}
+
+// ---- 6. cost of encryption ----
+
+// TestEdgeEncryptionCost: one TCP flow and the idle ping RTT between
+// Fujisawa's and Seoul's hosts on leon-japan with zero delays, with
+// --overlay detour and detour-plain. Encryption may cost throughput, but
+// not more than half of it, and not more than 0.5 ms of RTT.
+func TestEdgeEncryptionCost(t *testing.T) {
+	secs := envInt("DETOUR_EDGE_SECONDS", 4)
+	thr, rtt := map[string]float64{}, map[string]float64{}
+	for _, ov := range []string{"detour-plain", "detour"} {
+		t.Run(ov, func(t *testing.T) {
+			o := upEdge(t, filepath.Join("testdata", "leon-japan-zero.yaml"), "--overlay", ov)
+			src, dst := o.host("Fujisawa"), o.host("Seoul")
+			rtts := o.hostPing(t, "Fujisawa", "Seoul", 100, "0.01")
+			rtt[ov] = median(rtts)
+			r := iperfNS(t, src.NS, dst.NS, dst.Addr, 5440, "-t", strconv.Itoa(secs), "-O", "1")
+			thr[ov] = r.RecvMbps
+			t.Logf("%s, zero delays, path Fujisawa->Seoul %q: idle ping median %.3f ms (p95 %.3f, %d replies); iperf3 -t %d -O 1: %.1f Mbit/s (per second %.1f)",
+				ov, o.path(o.idx("Fujisawa"), "Seoul"), rtt[ov], percentile(rtts, 95), len(rtts), secs, r.RecvMbps, r.Intervals)
+		})
+	}
+	if thr["detour"] == 0 || thr["detour-plain"] == 0 {
+		t.Fatal("missing measurement")
+	}
+	t.Logf("encryption cost, one TCP flow: %.1f vs %.1f Mbit/s (%+.1f %%); idle RTT %.3f vs %.3f ms (%+.3f ms)",
+		thr["detour"], thr["detour-plain"], (thr["detour"]/thr["detour-plain"]-1)*100, rtt["detour"], rtt["detour-plain"], rtt["detour"]-rtt["detour-plain"])
+	if thr["detour"] < 0.5*thr["detour-plain"] {
+		t.Errorf("encrypted throughput %.1f Mbit/s is less than half of %.1f in the clear", thr["detour"], thr["detour-plain"])
+	}
+	if rtt["detour"]-rtt["detour-plain"] > 0.5 {
+		t.Errorf("encryption adds %.3f ms to the idle RTT", rtt["detour"]-rtt["detour-plain"])
+	}
+}
+
+// ---- 7. bad keys ----
+
+// TestAgentBadKeys: bad keys in a configuration give one clear error, one
+// line naming the field and its line, and start nothing, with and without
+// --check.
+func TestAgentBadKeys(t *testing.T) {
+	bin := detourBin(t)
+	ns := edPrefix + "badkeys"
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	priv, err := exec.Command(bin, "genkey").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "pubkey")
+	cmd.Stdin = bytes.NewReader(priv)
+	pub, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, p := strings.TrimSpace(string(priv)), strings.TrimSpace(string(pub))
+	conf := func(privLine, peerKey string) string {
+		s := "site: A\nlisten: 127.0.0.1:4800\n" + privLine + "peers:\n  - name: B\n    address: 198.18.0.2:4800\n"
+		if peerKey != "" {
+			s += "    public_key: " + peerKey + "\n"
+		}
+		return s
+	}
+	cases := []struct{ name, conf, want string }{
+		{"private key of the wrong length", conf("private_key: c2hvcnQ=\n", p), "line 3: private_key: bad key: decodes to 5 bytes, want 32"},
+		{"private key not base64", conf("private_key: not*base64!\n", p), "line 3: private_key: bad key: not valid base64"},
+		{"peer key of the wrong length", conf("private_key: "+k+"\n", "AAAA"), "line 7: peers[0].public_key: bad key: decodes to 3 bytes, want 32"},
+		{"peer key not base64", conf("private_key: "+k+"\n", "not*base64!"), "peers[0].public_key: bad key"},
+		{"peer without key, with a private key", conf("private_key: "+k+"\n", ""), "peers[0].public_key: missing"},
+		{"peer keys without a private key", conf("", p), "private_key: missing"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "site.yaml")
+			os.WriteFile(file, []byte(c.conf), 0o644)
+			for _, args := range [][]string{{"--check"}, nil} {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, bin, "agent", "--config", file}, args...)...)
+				out, err := cmd.CombinedOutput()
+				timedOut := ctx.Err() != nil
+				cancel()
+				msg := strings.TrimSpace(string(out))
+				if timedOut {
+					t.Fatalf("agent %v kept running on bad keys: %s", args, msg)
+				}
+				if err == nil || !strings.Contains(msg, c.want) || strings.Count(msg, "\n") != 0 {
+					t.Errorf("agent %v: %v: %q, want one line containing %q", args, err, msg, c.want)
+				}
+				if l, _ := exec.Command("ip", "-n", ns, "-o", "link", "show").CombinedOutput(); strings.Contains(string(l), "detour0") {
+					t.Errorf("agent %v created a TAP device", args)
+				}
+			}
+			t.Logf("detour agent --config F --check: %s", strings.SplitN(c.want, "\n", 2)[0])
+		})
 	}
 }
