@@ -198,6 +198,15 @@ type Reaction struct {
 	// there was no change; ExcessMs is the largest amount by which an
 	// operation exceeded the idle median of its kind in that window.
 	MaxMs, ExcessMs float64
+	// BeforeMaxMs is the largest latency of the operations started
+	// between the start of the load and the change: the damage done
+	// before detour reacted. SwitchMaxMs and SwitchExcessMs are those of
+	// the operations in flight at the change or started within 2 s after
+	// it: the cost of the switch itself (the paper's 300 ms spike).
+	BeforeMaxMs, SwitchMaxMs, SwitchExcessMs float64
+	// Changes counts the path changes between LoadA and LoadB (both
+	// directions) while the load ran.
+	Changes int
 	// IdleMedian and SettledMedian are per operation kind: before the
 	// load, and from 3 s after the change (or the load start) to the end.
 	IdleMedian, SettledMedian map[string]float64
@@ -249,12 +258,27 @@ func (cr *Continuous) React() Reaction {
 		r.SettledMedian[op] = medianOf(v)
 	}
 	for _, s := range cr.Samples {
-		if s.Start.Before(lo) || s.Start.After(hi) {
+		ms := float64(s.Latency) / 1e6
+		excess := ms - r.IdleMedian[string(s.Op)]
+		if !s.Start.Before(lo) && !s.Start.After(hi) {
+			r.MaxMs = max(r.MaxMs, ms)
+			r.ExcessMs = max(r.ExcessMs, excess)
+		}
+		if !r.Rerouted {
 			continue
 		}
-		ms := float64(s.Latency) / 1e6
-		r.MaxMs = max(r.MaxMs, ms)
-		r.ExcessMs = max(r.ExcessMs, ms-r.IdleMedian[string(s.Op)])
+		if !s.Start.Before(cr.LoadStart) && s.Start.Before(change) {
+			r.BeforeMaxMs = max(r.BeforeMaxMs, ms)
+		}
+		if s.Start.Add(s.Latency).After(change) && s.Start.Before(change.Add(2*time.Second)) {
+			r.SwitchMaxMs = max(r.SwitchMaxMs, ms)
+			r.SwitchExcessMs = max(r.SwitchExcessMs, excess)
+		}
+	}
+	for _, e := range cr.Routes {
+		if e.Time.After(cr.LoadStart) {
+			r.Changes++
+		}
 	}
 	return r
 }

@@ -93,6 +93,15 @@ func TestReactFindsTheChangeAndTheSpike(t *testing.T) {
 	if r.MaxMs != 190 || r.ExcessMs != 190-117 {
 		t.Errorf("spike %.1f ms (%.1f above idle), want 190 (73)", r.MaxMs, r.ExcessMs)
 	}
+	// The slow write started at 10.5 s, before the change at 11 s; the
+	// switch itself cost nothing beyond the longer path (+8 ms), and the
+	// operation in flight at 11 s (started 10.9 s) is counted with it.
+	if r.BeforeMaxMs != 190 || r.SwitchMaxMs != 125 || r.SwitchExcessMs != 8 {
+		t.Errorf("before %.1f ms, switch %.1f ms (+%.1f): want 190, 125 (+8)", r.BeforeMaxMs, r.SwitchMaxMs, r.SwitchExcessMs)
+	}
+	if r.Changes != 2 {
+		t.Errorf("%d changes under load, want 2", r.Changes)
+	}
 	if r.IdleMedian["read"] != 62 || r.SettledMedian["write"] != 125 {
 		t.Errorf("medians idle %v settled %v", r.IdleMedian, r.SettledMedian)
 	}

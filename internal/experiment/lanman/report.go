@@ -145,7 +145,9 @@ func (r *Result) writeReroutes(w io.Writer) {
 			if !re.Onset.IsZero() {
 				fmt.Fprintf(w, " (both directions %v after the first %d ms of queueing)", re.AfterOnset.Round(time.Millisecond), onsetQueueMs)
 			}
-			fmt.Fprintf(w, "; largest latency within 2 s of the change %.1f ms (%.1f ms above the idle median of its kind)\n", re.MaxMs, re.ExcessMs)
+			fmt.Fprintf(w, "\n  largest latency: %.1f ms between the start of the load and the change; %.1f ms (%.1f ms above the idle median of its kind) in flight at the change or within 2 s after it; %.1f ms within 2 s either side\n",
+				re.BeforeMaxMs, re.SwitchMaxMs, re.SwitchExcessMs, re.MaxMs)
+			fmt.Fprintf(w, "  %d path changes between %s and %s while the load ran\n", re.Changes, LoadA, LoadB)
 		}
 		fmt.Fprintf(w, "  medians idle: read %.1f, write %.1f ms; after: read %.1f, write %.1f ms\n",
 			re.IdleMedian["read"], re.IdleMedian["write"], re.SettledMedian["read"], re.SettledMedian["write"])
