@@ -59,21 +59,21 @@ func TestOriginatorSendsSignificantChangesOnly(t *testing.T) {
 	}
 	o.Build(t0, links)
 	now := t0.Add(100 * time.Millisecond)
-	links[0].Delay += 200 * time.Microsecond
+	links[0].Delay += 800 * time.Microsecond
 	links[0].RTT += 4 * time.Millisecond
 	if o.Due(now, links) {
 		t.Fatal("small change sent at once")
 	}
-	links[0].Delay += 100 * time.Microsecond
+	links[0].Delay += 300 * time.Microsecond
 	if !o.Due(now, links) {
-		t.Fatal("0.3 ms delay change not sent")
+		t.Fatal("1.1 ms delay change not sent")
 	}
 	o.Build(now, links)
 	links[0].Up = false
-	if o.Due(now.Add(time.Millisecond), links) {
+	if o.Due(now.Add(50*time.Millisecond), links) {
 		t.Fatal("MinInterval not respected")
 	}
-	if !o.Due(now.Add(30*time.Millisecond), links) {
+	if !o.Due(now.Add(100*time.Millisecond), links) {
 		t.Fatal("link down not sent")
 	}
 	o.Build(now, links)

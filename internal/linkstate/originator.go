@@ -27,13 +27,16 @@ type OriginatorConfig struct {
 }
 
 // DefaultOriginatorConfig refreshes every second and sends changes of
-// 0.25 ms, 5 % of the RTT or 5 % loss at once.
+// 1 ms, 5 % of the RTT or 5 % loss at once, at most every 100 ms. Smaller
+// drifts wait for the refresh: they are below what routing switches for
+// (0.5 ms at least, held for 300 ms), and sending them at once floods
+// the overlay with the noise of busy hosts.
 func DefaultOriginatorConfig() OriginatorConfig {
 	return OriginatorConfig{
 		Refresh:     time.Second,
-		MinInterval: 20 * time.Millisecond,
-		DelayChange: 250 * time.Microsecond,
-		RTTChange:   500 * time.Microsecond,
+		MinInterval: 100 * time.Millisecond,
+		DelayChange: time.Millisecond,
+		RTTChange:   time.Millisecond,
 		RTTFraction: 0.05,
 		LossChange:  0.05,
 	}

@@ -18,9 +18,9 @@ type Config struct {
 }
 
 // DefaultConfig suits probes every 100 ms: a link is down after 5 missed
-// probes.
+// probes, and loss is measured over the last 50 (5 s), in steps of 2 %.
 func DefaultConfig() Config {
-	return Config{DownAfter: 500 * time.Millisecond, LossWindow: 20, Filter: DefaultFilterConfig()}
+	return Config{DownAfter: 500 * time.Millisecond, LossWindow: 50, Filter: DefaultFilterConfig()}
 }
 
 // Errors returned by Link.OnReply.
@@ -110,11 +110,12 @@ func (l *Link) LastReply() time.Time { return l.lastReply }
 
 // Loss returns the fraction of the last LossWindow probes that got no
 // reply, counting only probes older than a grace period of twice the RTT
-// plus 100 ms (one second before the RTT is known).
+// plus 500 ms (one second before the RTT is known): a reply held up by a
+// busy responder is late, not lost. Failures are caught sooner by Up.
 func (l *Link) Loss(now time.Time) float64 {
 	grace := time.Second
 	if rtt, ok := l.rtt.Estimate(now); ok {
-		grace = 2*rtt + 100*time.Millisecond
+		grace = 2*rtt + 500*time.Millisecond
 	}
 	total, lost := 0, 0
 	for i := uint32(0); i < ringLen && total < l.cfg.LossWindow && int(i) < l.sent; i++ {

@@ -122,12 +122,16 @@ type Weights struct {
 	LossPenalty time.Duration
 	// MaxLoss excludes links losing at least this fraction.
 	MaxLoss float64
+	// LossFloor is loss that costs nothing: below it, a missing probe
+	// reply is more likely a late one (a busy responder) than a lost
+	// packet, and charging for it would make routes move on noise.
+	LossFloor float64
 }
 
 func (w Weights) usable(e Edge) bool { return w.MaxLoss <= 0 || e.Loss < w.MaxLoss }
 
 func (w Weights) cost(e Edge) time.Duration {
-	return e.Delay + time.Duration(e.Loss*float64(w.LossPenalty))
+	return e.Delay + time.Duration(max(e.Loss-w.LossFloor, 0)*float64(w.LossPenalty))
 }
 
 // Measure sums a path from src; ok is false if a link is missing or

@@ -47,3 +47,16 @@ func TestTableRefreshesDirectLinkWithoutPathChange(t *testing.T) {
 		t.Errorf("route after the direct link came up: DirectUp %v, DirectDelay %v", rt.DirectUp, rt.DirectDelay)
 	}
 }
+
+// A little loss, as late probe replies from a busy site look, must not
+// move a route; heavy loss must.
+func TestLossBelowTheFloorCostsNothing(t *testing.T) {
+	w := DefaultConfig().Weights
+	e := Edge{Delay: 10 * time.Millisecond}
+	if c := w.cost(Edge{Delay: e.Delay, Loss: 0.02}); c != e.Delay {
+		t.Errorf("2 %% loss costs %v, want %v", c, e.Delay)
+	}
+	if c := w.cost(Edge{Delay: e.Delay, Loss: 0.20}); c <= e.Delay+10*time.Millisecond {
+		t.Errorf("20 %% loss costs only %v", c)
+	}
+}

@@ -49,7 +49,7 @@ func DefaultConfig() Config {
 		// A link oscillating around the switching threshold would
 		// otherwise move a route at every swing; ZeroTier waits 15 s.
 		MinSwitchInterval: 10 * time.Second,
-		Weights:           Weights{LossPenalty: 100 * time.Millisecond, MaxLoss: 0.5},
+		Weights:           Weights{LossPenalty: 100 * time.Millisecond, MaxLoss: 0.5, LossFloor: 0.03},
 	}
 }
 
