@@ -119,7 +119,10 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string {
-	if e.Line > 0 {
+	switch {
+	case e.Field == "":
+		return e.Msg // a YAML error, which names its own line
+	case e.Line > 0:
 		return fmt.Sprintf("line %d: %s: %s", e.Line, e.Field, e.Msg)
 	}
 	return fmt.Sprintf("%s: %s", e.Field, e.Msg)
@@ -146,13 +149,13 @@ func Load(path string) (*Agent, error) {
 func Parse(b []byte) (*Agent, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(b, &root); err != nil {
-		return nil, &FieldError{Field: "yaml", Msg: err.Error()}
+		return nil, &FieldError{Msg: yamlMessage(err)}
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	var a Agent
 	if err := dec.Decode(&a); err != nil {
-		return nil, &FieldError{Field: "yaml", Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+		return nil, &FieldError{Msg: yamlMessage(err)}
 	}
 	a.ApplyDefaults()
 	if err := a.Validate(); err != nil {
@@ -310,10 +313,13 @@ func validateRates(a *Agent) error {
 // validateKeys checks that the keys parse and that encryption is either
 // configured for every peer or for none.
 func validateKeys(a *Agent) error {
+	var own keys.PublicKey
 	if a.PrivateKey != "" {
-		if _, err := keys.ParsePrivate(a.PrivateKey); err != nil {
+		priv, err := keys.ParsePrivate(a.PrivateKey)
+		if err != nil {
 			return &FieldError{Field: "private_key", Msg: err.Error()}
 		}
+		own = priv.Public()
 	}
 	for i, p := range a.Peers {
 		field := fmt.Sprintf("peers[%d].public_key", i)
@@ -323,8 +329,12 @@ func validateKeys(a *Agent) error {
 		case p.PublicKey != "" && a.PrivateKey == "":
 			return &FieldError{Field: "private_key", Msg: "missing: peers have public keys, so this site needs its private key (detour genkey)"}
 		case p.PublicKey != "":
-			if _, err := keys.ParsePublic(p.PublicKey); err != nil {
+			pub, err := keys.ParsePublic(p.PublicKey)
+			if err != nil {
 				return &FieldError{Field: field, Msg: err.Error()}
+			}
+			if pub == own {
+				return &FieldError{Field: field, Msg: fmt.Sprintf("is this site's own public key, not site %q's", p.Name)}
 			}
 		}
 	}
@@ -363,6 +373,26 @@ func validateNetworks(ns []Network) error {
 		names[n.Name], ids[n.ID], taps[n.TAP] = true, true, true
 	}
 	return nil
+}
+
+// unknownField matches the YAML decoder's report of an unknown key.
+var unknownField = regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
+
+// yamlMessage turns a YAML error, which may span several lines, into one
+// line: "line 4: unknown field "adress"; line 9: ...".
+func yamlMessage(err error) string {
+	var parts []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		l = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "yaml: "))
+		if l == "" || l == "unmarshal errors:" {
+			continue
+		}
+		if m := unknownField.FindStringSubmatch(l); m != nil {
+			l = fmt.Sprintf("line %s: unknown field %q", m[1], m[2])
+		}
+		parts = append(parts, l)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // lineOf finds the line of a dotted field path such as "peers[1].address"

@@ -19,6 +19,7 @@ peers:
 // Keys for the tests, made with `detour genkey` and `detour pubkey`.
 const (
 	privA = "4Ks9R8Ve5zZTrPRDrNPVpkC2Mk1J0yC4W5oW0LmNqXA="
+	pubA  = "nL1R9oMS+4RuE7qAN/tTK0gkEZQ3ReNTGI1pXID2Zgc=" // privA's
 	pubB  = "oR2Xo1LLqgS3TnlGJk8dVHYG0D1Gm5y5xa46aCRYPyM="
 )
 
@@ -75,12 +76,14 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"bad peer address", "site: a\nlisten: 198.18.0.1:1\npeers:\n  - name: b\n    address: 1.2.3:4\n", "line 5: peers[0].address"},
 		{"duplicate peer", "site: a\nlisten: 198.18.0.1:1\npeers:\n  - name: b\n    address: 198.18.0.2:1\n  - name: b\n    address: 198.18.0.3:1\n", `line 6: peers[1].name: "b" duplicate`},
 		{"peer is self", "site: a\nlisten: 198.18.0.1:1\npeers:\n  - name: a\n    address: 198.18.0.2:1\n", "own name"},
-		{"unknown key", "site: a\nlisten: 198.18.0.1:1\nlissen: x\n", "field lissen not found"},
+		{"unknown key", "site: a\nlisten: 198.18.0.1:1\nlissen: x\n", `line 3: unknown field "lissen"`},
+		{"unknown peer key", "site: a\nlisten: 198.18.0.1:1\npeers:\n  - name: b\n    adress: x\n", `line 5: unknown field "adress"`},
+		{"own key for a peer", "site: a\nlisten: 198.18.0.1:1\nprivate_key: " + privA + "\npeers:\n  - name: b\n    address: 198.18.0.2:1\n    public_key: " + pubA + "\n", "own public key"},
 		{"wildcard without advertise", "site: a\nlisten: 0.0.0.0:4800\n", "advertise: missing"},
 		{"hops", "site: a\nlisten: 198.18.0.1:1\nmax_hops: 12\n", "line 3: max_hops"},
 		{"zero network id", "site: a\nlisten: 198.18.0.1:1\nnetworks:\n  - name: n\n    tap: t0\n", "networks[0].id: missing"},
 		{"long tap", "site: a\nlisten: 198.18.0.1:1\nnetworks:\n  - name: n\n    id: 4\n    tap: averyverylongtapname\n", "line 6: networks[0].tap"},
-		{"not yaml", "site: [\n", "yaml:"},
+		{"not yaml", "site: [\n", "line 1: did not find expected node content"},
 		{"peer without address or key", "site: a\nlisten: 198.18.0.1:1\npeers:\n  - name: b\n", "peers[0].address: missing"},
 		{"bad private key", "site: a\nlisten: 198.18.0.1:1\nprivate_key: abc\n", "line 3: private_key: bad key"},
 		{"peer key without own key", "site: a\nlisten: 198.18.0.1:1\npeers:\n  - name: b\n    public_key: " + pubB + "\n", "private_key: missing"},
@@ -101,6 +104,9 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), c.want) {
 				t.Errorf("error %q does not contain %q", err, c.want)
+			}
+			if strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "yaml: yaml") {
+				t.Errorf("error %q is not one clean line", err)
 			}
 		})
 	}
