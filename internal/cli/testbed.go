@@ -47,6 +47,10 @@ const testbedUsage = `usage: detour testbed COMMAND [ARGS]
   migrate SITE[/HOST] --to SITE
                                move a host (namespace, MAC, IP, open
                                connections) to another site's bridge
+  restart-agent SITE [--kill] [--pause D]
+                               stop a site's detour agent (SIGTERM, or
+                               SIGKILL with --kill: a crash) and start it
+                               again with the same configuration after D
   scenario NAME                print a shipped scenario's YAML
 
 Every command takes --state DIR (default %s, or $DETOUR_TESTBED_STATE).
@@ -63,6 +67,7 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	sub := map[string]func([]string, io.Writer, io.Writer) error{
 		"up": tbUp, "down": tbDown, "status": tbStatus, "exec": tbExec, "link": tbLink,
 		"truth": tbTruth, "traffic": tbTraffic, "scenario": tbScenario, "wanem": tbWanem, "migrate": tbMigrate,
+		"restart-agent": tbRestartAgent,
 	}
 	run, ok := sub[args[0]]
 	if !ok {
@@ -423,5 +428,25 @@ func tbMigrate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "host %s (%s) moved to %s in %.0f ms\n", h.NS, h.Addr, *to, float64(time.Since(t0).Microseconds())/1000)
+	return nil
+}
+
+// tbRestartAgent stops and restarts one site's detour agent.
+func tbRestartAgent(args []string, stdout, stderr io.Writer) error {
+	fs, state := newFlags("restart-agent", stderr)
+	kill := fs.Bool("kill", false, "stop with SIGKILL (no leave) instead of SIGTERM")
+	pause := fs.Duration("pause", 0, "time without an agent before the new one starts")
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 1, "one SITE"); err != nil {
+		return err
+	}
+	r, err := testbed.RestartAgent(*state, pos[0], testbed.RestartOptions{Kill: *kill, Pause: *pause})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "agent of %s restarted (pid %d), API answering %.0f ms after the stop\n", pos[0], r.PID, float64(r.Down.Microseconds())/1000)
 	return nil
 }
