@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -165,11 +166,11 @@ func (a *Agent) openDevices(given map[uint32]device.Device) error {
 func (a *Agent) openPort(n config.Network) (*datapath.Port, error) {
 	dev, ok := a.given[n.ID]
 	if a.given == nil {
-		tap, err := device.OpenTAP(n.TAP, n.MTU, n.Bridge)
-		if err != nil {
+		var err error
+		if dev, err = openTAP(n); err != nil {
 			return nil, fmt.Errorf("network %s: %w", n.Name, err)
 		}
-		dev, ok = tap, true
+		ok = true
 	}
 	if !ok {
 		return nil, fmt.Errorf("network %s: no device given", n.Name)
@@ -417,4 +418,13 @@ func (a *Agent) leave() {
 	a.node.Leave(a.clock.Now())
 	a.mu.Unlock()
 	a.flush()
+}
+
+// openTAP opens a network's TAP device, with segmentation offloads unless
+// DETOUR_NO_OFFLOAD is set (to measure what they bring).
+func openTAP(n config.Network) (device.Device, error) {
+	if os.Getenv("DETOUR_NO_OFFLOAD") != "" {
+		return device.OpenTAP(n.TAP, n.MTU, n.Bridge)
+	}
+	return device.OpenOffloadTAP(n.TAP, n.MTU, n.Bridge)
 }

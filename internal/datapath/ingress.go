@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/fdb"
 	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
@@ -43,6 +44,7 @@ func (e *Engine) underlayLoop() error {
 		if len(in.relay) > 0 {
 			e.send(in.relay)
 		}
+		in.flushDevices()
 	}
 }
 
@@ -188,6 +190,19 @@ func (in *ingress) applyResets() {
 		for k := range in.windows {
 			if k.source == site {
 				delete(in.windows, k)
+			}
+		}
+	}
+}
+
+// flushDevices hands devices that coalesce written frames (device.Flusher)
+// what they hold, at the end of every batch, so no frame waits for the
+// next one.
+func (in *ingress) flushDevices() {
+	for _, p := range *in.e.ports.Load() {
+		if f, ok := p.Dev.(device.Flusher); ok {
+			if err := f.Flush(); err != nil {
+				in.e.stats.DropDevice.Add(1)
 			}
 		}
 	}
