@@ -33,7 +33,13 @@ type Config struct {
 	// switches of the settling period do not start it, so the first real
 	// change of a stable route is followed after Hold alone.
 	MinSwitchInterval time.Duration
-	Weights           Weights
+	// HoldMargin is added to the exact path difference that a switch to
+	// a shorter path holds packets for (Route.PrevDelay − Route.Delay),
+	// to cover the error of the delay estimates and of timers: a held
+	// packet then arrives at most HoldMargin later than it would have on
+	// the old path, and never before its predecessors.
+	HoldMargin time.Duration
+	Weights    Weights
 }
 
 // DefaultConfig returns H = 3, max(0.5 ms, 2 %) held for 300 ms, 3 s of
@@ -49,6 +55,7 @@ func DefaultConfig() Config {
 		// A link oscillating around the switching threshold would
 		// otherwise move a route at every swing; ZeroTier waits 15 s.
 		MinSwitchInterval: 10 * time.Second,
+		HoldMargin:        500 * time.Microsecond,
 		Weights:           Weights{LossPenalty: 100 * time.Millisecond, MaxLoss: 0.5, LossFloor: 0.03},
 	}
 }
@@ -60,8 +67,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("routing: max hops %d not in 1..%d", c.MaxHops, wire.MaxPath)
 	case c.MinGain < 0 || c.GainFraction < 0 || c.GainFraction >= 1:
 		return errors.New("routing: switching gain must be non-negative and the fraction below 1")
-	case c.Hold < 0 || c.Settle < 0 || c.MinSwitchInterval < 0:
-		return errors.New("routing: negative hold, settle or damping time")
+	case c.Hold < 0 || c.Settle < 0 || c.MinSwitchInterval < 0 || c.HoldMargin < 0 || c.HoldMargin > time.Millisecond:
+		return errors.New("routing: negative hold, settle or damping time, or a hold margin outside 0..1 ms")
 	case c.Weights.LossPenalty < 0 || c.Weights.MaxLoss < 0 || c.Weights.MaxLoss > 1:
 		return errors.New("routing: loss penalty must be non-negative and max loss in 0..1")
 	}
@@ -302,7 +309,7 @@ func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, pinned bool, r
 	if d.path != nil {
 		d.switches++
 		if pm, ok := r.matrix.Measure(r.cfg.Weights, r.self, d.path); ok {
-			d.prevPath, d.prevDelay = d.path, pm.Delay
+			d.prevPath, d.prevDelay = d.path, pm.Delay+r.cfg.HoldMargin
 		}
 	}
 	d.path, d.pinned, d.since = s.To, pinned, now

@@ -221,7 +221,7 @@ func TestHysteresis(t *testing.T) {
 		t.Errorf("switched after %v, want the %v hold", took, DefaultConfig().Hold)
 	}
 	rt, _ := r.Table().Lookup(3)
-	if !slices.Equal(rt.PrevPath, []wire.SiteID{2, 3}) || rt.PrevDelay-rt.Delay != 2*ms {
+	if !slices.Equal(rt.PrevPath, []wire.SiteID{2, 3}) || rt.PrevDelay-rt.Delay != 2*ms+DefaultConfig().HoldMargin {
 		t.Errorf("prev %v hold %v, want 2ms", rt.PrevPath, rt.PrevDelay-rt.Delay)
 	}
 	// A short blip of a better path does not switch back.

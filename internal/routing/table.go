@@ -37,8 +37,9 @@ type Route struct {
 	Delay time.Duration
 	// PrevPath and PrevDelay describe the path this route replaced, with
 	// PrevDelay measured on the same link matrix as Delay at the moment of
-	// the switch: PrevDelay − Delay is the exact hold time that makes the
-	// switch reorder-free. PrevPath is nil for a first route or after a
+	// the switch, plus Config.HoldMargin: PrevDelay − Delay is the hold
+	// time that makes the switch reorder-free (the exact path difference
+	// and a margin for estimation error). PrevPath is nil for a first route or after a
 	// dead path.
 	PrevPath  []wire.SiteID
 	PrevDelay time.Duration
