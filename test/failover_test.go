@@ -517,3 +517,62 @@ func flapping(t *testing.T, o *overlay) {
 		t.Fatalf("link set: %v: %s", err, e)
 	}
 }
+
+// TestFailoverLanman2017 is the comparison with the LANMAN 2017 paper,
+// which saw a 300 ms latency spike when it moved traffic to the indirect
+// path: a request/response client in CLU's host asks LAN's host every
+// 10 ms while the CLU<->LAN link gets loaded and detour moves both
+// directions to the path through NEU. It reports the latency of the
+// requests sent around the switch against the steady latency on either
+// side. It runs from scripts/bench-failover.sh (DETOUR_FAILOVER_LANMAN=1).
+func TestFailoverLanman2017(t *testing.T) {
+	if envInt("DETOUR_FAILOVER_LANMAN", 0) == 0 {
+		t.Skip("set DETOUR_FAILOVER_LANMAN=1 (scripts/bench-failover.sh)")
+	}
+	o := upOverlay(t, "lanman2017", "--overlay", "detour")
+	for _, c := range [][3]string{{"CLU", "LAN", "LAN"}, {"LAN", "CLU", "CLU"}} {
+		if _, err := o.waitPath(c[0], c[1], c[2], 15*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pingRTTs(o.st.Sites[o.idx("CLU")].Hosts[0].NS, o.st.Sites[o.idx("LAN")].Hosts[0].Addr, 3, "0.1")
+	stop := startEcho(t, o, "CLU", "LAN", 10*time.Millisecond)
+	time.Sleep(3 * time.Second)
+	loaded := time.Now()
+	if _, e, err := o.run("traffic", "start", "clu-lan"); err != nil {
+		t.Fatalf("traffic start: %v: %s", err, e)
+	}
+	t.Cleanup(func() { o.run("traffic", "stop", "clu-lan") })
+	_, err := o.waitPath("CLU", "LAN", "NEU>LAN", 30*time.Second)
+	switched := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second)
+	echo := stop()
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	rtts := func(from, to time.Time) []float64 {
+		var v []float64
+		for i, s := range echo.sent {
+			if !s.Before(from) && s.Before(to) && echo.rtt[i] >= 0 {
+				v = append(v, ms(echo.rtt[i]))
+			}
+		}
+		return v
+	}
+	idle := rtts(loaded.Add(-2*time.Second), loaded)
+	before := rtts(switched.Add(-time.Second), switched.Add(-200*time.Millisecond))
+	around, n := echo.maxRTT(switched.Add(-200*time.Millisecond), switched.Add(500*time.Millisecond))
+	after := rtts(switched.Add(time.Second), switched.Add(4*time.Second))
+	_, lost := echo.outage(switched.Add(-200*time.Millisecond), switched.Add(500*time.Millisecond), 10*time.Millisecond)
+	if len(idle) == 0 || len(before) == 0 || len(after) == 0 {
+		t.Fatalf("no answered requests: %d idle, %d before, %d after the switch", len(idle), len(before), len(after))
+	}
+	t.Logf("lanman2017, CLU->LAN request/response every 10 ms: idle direct median %.1f ms; loaded direct (last second before the switch) median %.1f ms; switch to NEU %.1f s after the load started",
+		median(idle), median(before), switched.Sub(loaded).Seconds())
+	t.Logf("lanman2017: requests sent from 200 ms before to 500 ms after the switch: %d answered, %d lost, largest %.1f ms; steady via NEU afterwards median %.1f ms, max %.1f ms (paper: a 300 ms spike at the switch)",
+		n, lost, ms(around), median(after), slices.Max(after))
+	if ms(around) > max(slices.Max(before), slices.Max(after))+5 {
+		t.Errorf("a spike at the switch: %.1f ms against at most %.1f before and %.1f after", ms(around), slices.Max(before), slices.Max(after))
+	}
+}
