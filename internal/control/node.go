@@ -27,6 +27,22 @@
 // which drops the site at once; a restart is a new incarnation, accepted
 // in place of the old one.
 //
+// Restarts. A restart needs no special mode. A clean stop (SIGTERM) sends
+// a leave and the others drop the site at once; a crash (SIGKILL) is
+// silence, and the site is down within DownAfter plus a flood. Either way
+// the restarted agent's hello (a higher incarnation: its start time) is
+// accepted at once, its links are probed again and its routes come back
+// after one probe exchange; the data path relearns addresses by flooding
+// and restarts the sequence windows, and encrypted sessions re-handshake.
+// Hosts' TCP connections ride over the gap with their own retransmissions
+// (test/failover_test.go restarts a gateway under a flow).
+//
+// Failover. An own link without a reply for SuspectAfter is marked suspect
+// in the matrix given to the router, which gives every route over it (or
+// relayed by the site it leads to) a backup path avoiding it; the data
+// path sends on both until the link is confirmed (a reply: the backup is
+// dropped) or declared down (the route switches at once).
+//
 // Every message is built by the build* functions in messages.go and leaves
 // through Node.emit, the single place a later encryption layer wraps.
 package control
