@@ -301,7 +301,11 @@ func (o *overlay) changes(t *testing.T, site, dest string) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rs[dest].Changes
+	r, ok := rs[dest]
+	if !ok {
+		t.Fatalf("%s has no route to %s", site, dest)
+	}
+	return r.Changes
 }
 
 // viaR waits until A and B relay through R in both directions.
