@@ -71,7 +71,7 @@ func (a *Agent) updateMSS() {
 	a.mssV4, a.mssV6 = v4, v6
 	a.mu.Unlock()
 	if changed {
-		a.engine.SetMSS(v4, v6)
+		a.engine.SetInnerMTU(a.innerMTU(under))
 		a.log.Info("MSS clamp", "underlay_mtu", under, "mss4", v4, "mss6", v6)
 	}
 }

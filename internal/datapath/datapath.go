@@ -111,8 +111,9 @@ type Engine struct {
 
 	// mss packs the clamp for IPv4 (high 16 bits) and IPv6 (low 16 bits);
 	// zero disables clamping.
-	mss    atomic.Uint32
-	shaper atomic.Pointer[edge.Shaper]
+	mss      atomic.Uint32
+	innerMTU atomic.Int64
+	shaper   atomic.Pointer[edge.Shaper]
 
 	// Sources whose sequence windows the underlay loop must forget.
 	resetMu    sync.Mutex
@@ -135,9 +136,20 @@ func New(cfg Config) *Engine {
 // SetRoutes publishes a new routing snapshot.
 func (e *Engine) SetRoutes(r Routes) { e.routes.Store(&routesBox{r: r}) }
 
-// SetMSS sets the largest TCP segment hosts may announce in SYNs crossing
-// this site (IPv4 and IPv6); zero disables clamping.
-func (e *Engine) SetMSS(v4, v6 uint16) { e.mss.Store(uint32(v4)<<16 | uint32(v6)) }
+// SetInnerMTU sets the largest IP packet of a host that the underlay
+// carries without fragmenting it: TCP SYNs crossing this site get their
+// MSS clamped to fit, and larger TCP segments are answered with an ICMP
+// "packet too big" (other large packets are fragmented on the underlay).
+// Zero disables both.
+func (e *Engine) SetInnerMTU(mtu int) {
+	e.innerMTU.Store(int64(mtu))
+	if mtu == 0 {
+		e.mss.Store(0)
+		return
+	}
+	v4, v6 := edge.MSSForMTU(mtu)
+	e.mss.Store(uint32(v4)<<16 | uint32(v6))
+}
 
 // SetShaper installs the egress rate limits (nil for none).
 func (e *Engine) SetShaper(s *edge.Shaper) { e.shaper.Store(s) }

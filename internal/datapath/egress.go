@@ -25,6 +25,9 @@ type egress struct {
 	seq    map[wire.SiteID]uint32
 	dests  map[wire.SiteID]*dest
 	hdr    wire.DataHeader
+
+	icmp     [1500]byte // an ICMP "packet too big" being sent back
+	lastICMP int64
 }
 
 // batchFrames is how many frames one device wake-up reads at most: enough
@@ -97,6 +100,9 @@ func (g *egress) forward(i, n int) {
 	if mss := e.mss.Load(); mss != 0 && edge.ClampMSS(frame, uint16(mss>>16), uint16(mss)) {
 		e.stats.MSSClamped.Add(1)
 	}
+	if g.tooBig(frame) {
+		return
+	}
 	now := e.now()
 	var dst, src fdb.MAC
 	copy(dst[:], frame[0:6])
@@ -114,6 +120,32 @@ func (g *egress) forward(i, n int) {
 		}
 	}
 	g.broadcast(frame)
+}
+
+// tooBig answers a TCP segment larger than the underlay carries (a flow
+// opened before the underlay MTU dropped) with an ICMP "packet too big" to
+// its host, which lowers its path MTU, and reports whether it did; the
+// segment is then dropped, as a router would. At most one answer per
+// millisecond is sent.
+func (g *egress) tooBig(frame []byte) bool {
+	mtu := int(g.e.innerMTU.Load())
+	if mtu == 0 || len(frame) <= mtu+14 {
+		return false
+	}
+	now := g.e.now()
+	if now-g.lastICMP < int64(time.Millisecond) {
+		return false
+	}
+	n := edge.TooBig(frame, mtu, g.icmp[:])
+	if n == 0 {
+		return false
+	}
+	g.lastICMP = now
+	if _, err := g.port.Dev.Write(g.icmp[:n]); err != nil {
+		g.e.stats.DropDevice.Add(1)
+	}
+	g.e.stats.TooBig.Add(1)
+	return true
 }
 
 // header prepares g.hdr for a packet to dst.

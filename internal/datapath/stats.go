@@ -16,6 +16,7 @@ type Stats struct {
 	Duplicated      atomic.Uint64 // copies sent on a backup path while the primary was in doubt
 	ControlIn       atomic.Uint64 // control datagrams handed to the control plane
 	MSSClamped      atomic.Uint64 // TCP SYNs whose MSS option was lowered
+	TooBig          atomic.Uint64 // TCP segments too large for the underlay, answered with ICMP
 	Shaped          atomic.Uint64 // device batches delayed by a rate limit
 	Reordered       atomic.Uint64 // data packets that arrived after a later one from the same source
 	SeqGaps         atomic.Uint64 // sequence numbers skipped (lost packets, unless they arrive later as reordered)
@@ -48,6 +49,7 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"duplicated":           s.Duplicated.Load(),
 		"control_in":           s.ControlIn.Load(),
 		"mss_clamped":          s.MSSClamped.Load(),
+		"icmp_too_big":         s.TooBig.Load(),
 		"shaped":               s.Shaped.Load(),
 		"reordered":            s.Reordered.Load(),
 		"seq_gaps":             s.SeqGaps.Load(),
