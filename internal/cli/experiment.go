@@ -148,6 +148,7 @@ func experiment(o experimentOptions, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	cfg := o.config(bin, stderr)
+	cfg.LogDir = filepath.Join(out, "logs")
 	defer os.RemoveAll(cfg.WorkDir)
 	start := time.Now()
 	res, runErr := lanman.Run(ctx, cfg)

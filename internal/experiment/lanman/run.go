@@ -59,6 +59,9 @@ type Config struct {
 	TestbedState, TestbedPrefix string
 	// Store is the replicated store: ZooKeeper (default) or Etcd.
 	Store string
+	// LogDir, when set, receives per overlay the testbed's and the
+	// servers' logs.
+	LogDir string
 	// WorkDir holds the ZooKeeper servers' data (a tmpfs is best: the
 	// servers fsync their log on every write).
 	WorkDir string
@@ -141,6 +144,7 @@ func (x *run) all(ctx context.Context) (err error) {
 			err = derr
 		}
 		x.logf("testbed down")
+		x.collectLogs()
 	}()
 	x.logf("testbed up in %.1f s", time.Since(start).Seconds())
 	x.st = x.tb.Status()

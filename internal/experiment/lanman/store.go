@@ -3,7 +3,9 @@ package lanman
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/experiment/etcd"
@@ -149,5 +151,51 @@ func alternate(ctx context.Context, d doer, dur time.Duration, each func(zoo.Sam
 		s := d.Do(op)
 		s.Seq = i
 		each(s)
+	}
+}
+
+// collectLogs moves the testbed's logs (agents, emulator, tinc, cross
+// traffic) and the store servers' logs and configurations of the current
+// overlay into cfg.LogDir/OVERLAY, leaving the stores' data behind, and
+// removes the testbed's state directory once it is empty.
+func (x *run) collectLogs() {
+	if x.cfg.LogDir == "" {
+		return
+	}
+	dst := filepath.Join(x.cfg.LogDir, x.ov)
+	if x.cfg.TestbedState != "" {
+		moveFiles(x.cfg.TestbedState, filepath.Join(dst, "testbed"))
+		_ = os.Remove(x.cfg.TestbedState)
+	}
+	storeDir := filepath.Join(x.cfg.WorkDir, x.cfg.Store+"-"+x.ov)
+	entries, _ := os.ReadDir(storeDir)
+	for _, e := range entries {
+		if e.IsDir() {
+			moveFiles(filepath.Join(storeDir, e.Name()), filepath.Join(dst, x.cfg.Store, e.Name()))
+		}
+	}
+}
+
+// moveFiles moves the regular files of dir (not its sub-directories) into
+// dst, copying when a rename across file systems fails.
+func moveFiles(dir, dst string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) == 0 {
+		return
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		from, to := filepath.Join(dir, e.Name()), filepath.Join(dst, e.Name())
+		if os.Rename(from, to) == nil {
+			continue
+		}
+		if b, err := os.ReadFile(from); err == nil && os.WriteFile(to, b, 0o644) == nil {
+			_ = os.Remove(from)
+		}
 	}
 }
