@@ -38,7 +38,7 @@ type netBuckets struct {
 
 // burstFor is the bucket depth for a rate: 10 ms of traffic, and at least
 // one 64 KB super-frame.
-func burstFor(bps float64) int { return max(int(bps/8*0.010), 65536) }
+func burstFor(bps float64) int { return max(int(bps/8*0.010), minBurst) }
 
 func limiter(bps float64) *rate.Limiter {
 	if bps <= 0 {
@@ -85,6 +85,24 @@ func (s *Shaper) Get(network uint32) Limits {
 func (s *Shaper) Delay(network uint32, n int, now time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A bucket cannot reserve more than its depth at once (the reservation
+	// would never be granted), and a batch of offloaded frames can exceed
+	// it: reserve chunk by chunk; the delay is the last chunk's.
+	var wait time.Duration
+	for n > 0 {
+		chunk := min(n, minBurst)
+		wait = s.delay(network, chunk, now)
+		n -= chunk
+	}
+	return wait
+}
+
+// minBurst is the smallest bucket depth (see burstFor): no reservation is
+// larger.
+const minBurst = 65536
+
+// delay reserves n bytes, at most minBurst, for network.
+func (s *Shaper) delay(network uint32, n int, now time.Time) time.Duration {
 	b := s.nets[network]
 	var wait time.Duration
 	if b != nil && b.max != nil {
@@ -97,10 +115,10 @@ func (s *Shaper) Delay(network uint32, n int, now time.Time) time.Duration {
 		// A network with a guarantee sends as soon as either its
 		// guarantee or the shared capacity allows, and always counts
 		// against the shared capacity so that others yield. (The device
-		// loop asks for whole batches of up to 32 frames: taking the
-		// guarantee only when it covers the batch at once would send
-		// most batches of a busy network to the shared capacity, where
-		// its guarantee no longer holds.)
+		// loop asks for whole batches of frames: taking the guarantee
+		// only when it covers the batch at once would send most batches
+		// of a busy network to the shared capacity, where its guarantee
+		// no longer holds.)
 		rm := b.min.ReserveN(now, n)
 		rs := s.site.ReserveN(now, n)
 		dm, ds := rm.DelayFrom(now), rs.DelayFrom(now)

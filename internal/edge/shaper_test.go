@@ -86,3 +86,27 @@ func BenchmarkShaperDelay(b *testing.B) {
 		s.Delay(1, 1500, now)
 	}
 }
+
+// A batch larger than a bucket's depth (a TAP with offloads gives up to
+// 128 frames at once) must get a finite delay at the configured rate, not
+// an impossible reservation.
+func TestShaperBatchLargerThanBucket(t *testing.T) {
+	s := NewShaper(20e6)
+	s.Set(1, Limits{MaxBps: 20e6, MinBps: 5e6})
+	now := time.Unix(0, 0)
+	const batch = 128 * 1500
+	var total time.Duration
+	for i := 0; i < 10; i++ {
+		d := s.Delay(1, batch, now)
+		if d > time.Second {
+			t.Fatalf("batch %d: delay %v", i, d)
+		}
+		now = now.Add(d)
+		total = now.Sub(time.Unix(0, 0))
+	}
+	// 10 batches of 192 KB at 20 Mbit/s take about 0.77 s (less the
+	// initial bucket).
+	if total < 600*time.Millisecond || total > 800*time.Millisecond {
+		t.Errorf("10 batches took %v at 20 Mbit/s", total)
+	}
+}
