@@ -28,7 +28,20 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 SERVERS = ["CLU", "BOR", "LAN"]
-PHASES = [("a", "(a) idle WAN"), ("b", "(b) CLU<->LAN loaded"), ("c", "(c) loaded, detour free")]
+PHASES = [("a", "(a) idle WAN"), ("b", "(b) CLU<->LAN loaded (detour: direct pinned)"), ("c", "(c) loaded, nobody touches the overlay")]
+
+
+def y_cap(data):
+    """A common y limit: 1.15 times the largest 99th percentile of any cell,
+    so that a few multi-second outliers do not flatten every box; the
+    points above it are counted in each panel's title."""
+    cap = 0
+    for cells in data.values():
+        for v in cells.values():
+            s = sorted(v)
+            if s:
+                cap = max(cap, s[min(len(s) - 1, int(0.99 * len(s)))])
+    return cap * 1.15 if cap else None
 
 
 def read_csv(path):
@@ -51,14 +64,17 @@ def static_samples(rows):
     return data, overlays
 
 
-def box_panel(ax, cells, phase, title):
+def box_panel(ax, cells, phase, title, cap=None):
     values, labels, positions = [], [], []
+    above = 0
     for i, server in enumerate(SERVERS):
         for j, op in enumerate(["read", "write"]):
             v = cells.get((phase, server, op), [])
             if not v:
                 continue
             values.append(v)
+            if cap:
+                above += sum(1 for x in v if x > cap)
             labels.append("%s %s" % ("R" if op == "read" else "W", server))
             positions.append(i * 3 + j)
     if values:
@@ -67,24 +83,29 @@ def box_panel(ax, cells, phase, title):
             box.set_facecolor("#9ecae1" if labels[k].startswith("R") else "#fdae6b")
         ax.set_xticks(positions)
         ax.set_xticklabels(labels, rotation=45, fontsize=8)
+    if cap:
+        ax.set_ylim(0, cap)
+        if above:
+            title += " [%d above %.0f ms]" % (above, cap)
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
 
 
 def plot_boxes(data, overlays, out):
-    fig, axes = plt.subplots(len(overlays), 3, figsize=(12, 3.4 * len(overlays)), sharey=True, squeeze=False)
+    cap = y_cap(data)
+    fig, axes = plt.subplots(len(overlays), 3, figsize=(13, 3.4 * len(overlays)), sharey=True, squeeze=False)
     for row, ov in enumerate(overlays):
         for col, (phase, title) in enumerate(PHASES):
-            box_panel(axes[row][col], data[ov], phase, "%s: %s" % (ov, title))
+            box_panel(axes[row][col], data[ov], phase, "%s: %s" % (ov, title), cap)
         axes[row][0].set_ylabel("latency (ms)")
     fig.suptitle("ZooKeeper from a client at LAN through each server (leader CLU)")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "boxplots.png"), dpi=110)
     plt.close(fig)
     for ov in overlays:
-        fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), sharey=True)
+        fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
         for col, (phase, title) in enumerate(PHASES):
-            box_panel(axes[col], data[ov], phase, title)
+            box_panel(axes[col], data[ov], phase, title, cap)
         axes[0].set_ylabel("latency (ms)")
         fig.suptitle("%s: ZooKeeper read (R) and write (W) latency from LAN" % ov)
         fig.tight_layout()
