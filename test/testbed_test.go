@@ -9,6 +9,7 @@ package test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -138,9 +139,21 @@ func namespaces(prefix string) []string {
 	return out
 }
 
+// commandTimeout bounds every command a test runs in a namespace, so that
+// a stuck one (an iperf3 whose peer is gone) fails its test, whose
+// cleanups then run, instead of hanging the suite until its timeout.
+const commandTimeout = 2 * time.Minute
+
 // inNS runs a command in a namespace and returns its output.
 func inNS(ns string, args ...string) (string, error) {
-	out, err := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, args...)...)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%v in %s: killed after %v: %w", args, ns, commandTimeout, err)
+	}
 	return string(out), err
 }
 
