@@ -108,6 +108,9 @@ func (a *Agent) Routes() []api.Route {
 func (a *Agent) routeView(r *routing.Route) api.Route {
 	v := api.Route{Dest: a.node.NameOf(r.Dest), Path: a.node.Names(r.Path), Relayed: r.Relayed(),
 		LatencyMs: ms(r.OneWayEstimate), Pinned: r.Pinned, Changes: a.changes[r.Dest]}
+	if len(r.Backup) > 0 {
+		v.Backup = a.node.Names(r.Backup)
+	}
 	if r.DirectUp {
 		saving := r.DirectDelay - r.Delay
 		v.DirectMs = ms(r.OneWayEstimate + saving)

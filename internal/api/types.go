@@ -102,6 +102,9 @@ type Route struct {
 	SavingMs  float64  `json:"saving_ms"`
 	Pinned    bool     `json:"pinned"`
 	Changes   uint64   `json:"changes"`
+	// Backup is the second path frames are also sent on while Path is in
+	// doubt (probes on it unanswered); empty otherwise.
+	Backup []string `json:"backup,omitempty"`
 }
 
 // TIV is a directed pair for which a path through other sites is faster

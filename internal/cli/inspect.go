@@ -166,9 +166,10 @@ func printRoutes(w io.Writer, raw []byte) error {
 	if err := json.Unmarshal(raw, &rs); err != nil {
 		return err
 	}
-	return table(w, "DEST\tPATH\tLATENCY ms\tDIRECT ms\tSAVING ms\tCHANGES\tPINNED", func(tw io.Writer) {
+	return table(w, "DEST\tPATH\tLATENCY ms\tDIRECT ms\tSAVING ms\tCHANGES\tPINNED\tBACKUP (in doubt)", func(tw io.Writer) {
 		for _, r := range rs {
-			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2f\t%.2f\t%d\t%v\n", r.Dest, strings.Join(r.Path, " > "), r.LatencyMs, r.DirectMs, r.SavingMs, r.Changes, r.Pinned)
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2f\t%.2f\t%d\t%v\t%s\n", r.Dest, strings.Join(r.Path, " > "), r.LatencyMs, r.DirectMs,
+				r.SavingMs, r.Changes, r.Pinned, dash(strings.Join(r.Backup, " > ")))
 		}
 	})
 }
