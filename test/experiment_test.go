@@ -8,6 +8,7 @@ package test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,7 +49,7 @@ func TestLanman2017ShortShowsTheEffect(t *testing.T) {
 	output, err := cmd.CombinedOutput()
 	elapsed := time.Since(start)
 	t.Logf("experiment output:\n%s", output)
-	t.Cleanup(func() { checkNothingLeft(t) })
+	t.Cleanup(func() { checkNothingLeft(t, cmd.Process.Pid) })
 	if err != nil {
 		t.Fatalf("detour experiment lanman2017 --short: %v", err)
 	}
@@ -111,8 +112,9 @@ func readSummary(t *testing.T, path string) []results.Row {
 }
 
 // checkNothingLeft fails when a namespace of the test's testbed or a
-// ZooKeeper server of the experiment survived.
-func checkNothingLeft(t *testing.T) {
+// ZooKeeper server of the experiment (process pid, whose servers keep
+// their files under /run/detour/experiment-PID) survived.
+func checkNothingLeft(t *testing.T, pid int) {
 	entries, _ := os.ReadDir("/run/netns")
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), experimentPrefix) {
@@ -122,7 +124,7 @@ func checkNothingLeft(t *testing.T) {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
-		if err == nil && strings.Contains(string(b), "QuorumPeerMain") && strings.Contains(string(b), "/run/detour/experiment") {
+		if err == nil && strings.Contains(string(b), "QuorumPeerMain") && strings.Contains(string(b), fmt.Sprintf("/run/detour/experiment-%d/", pid)) {
 			t.Errorf("ZooKeeper server left behind: %s", p)
 		}
 	}
