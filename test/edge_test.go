@@ -34,7 +34,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/detour-overlay/detour/internal/api"
-	"github.com/detour-overlay/detour/internal/scenario"
 	"github.com/detour-overlay/detour/internal/testbed"
 	"github.com/detour-overlay/detour/internal/wire"
 )
@@ -46,51 +45,11 @@ import (
 // clears the namespaces of its prefix.
 const edPrefix = "dte-"
 
-// edgeRun runs `detour testbed ARGS...` on a testbed of these tests.
-func edgeRun(bin, dir string, args ...string) (string, string, error) {
-	cmd := exec.Command(bin, append([]string{"testbed"}, args...)...)
-	cmd.Env = append(os.Environ(), "DETOUR_TESTBED_STATE="+dir, "DETOUR_TESTBED_PREFIX="+edPrefix)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	return out.String(), errb.String(), err
-}
-
 // upEdge brings a testbed up with prefix edPrefix and registers its
-// removal (and that of every namespace of the prefix), which runs even
-// when the test fails.
+// removal, which runs even when the test fails.
 func upEdge(t *testing.T, scen string, args ...string) *overlay {
 	t.Helper()
-	o := &overlay{bed: &bed{t: t, bin: detourBin(t), dir: t.TempDir()}}
-	bedDirsMu.Lock()
-	bedDirs = append(bedDirs, o.dir)
-	bedDirsMu.Unlock()
-	t.Cleanup(func() {
-		if _, e, err := edgeRun(o.bin, o.dir, "down"); err != nil {
-			t.Errorf("down: %v: %s", err, e)
-		}
-		for _, ns := range namespaces(edPrefix) {
-			t.Errorf("namespace left after down: %s", ns)
-			exec.Command("ip", "netns", "del", ns).Run()
-		}
-	})
-	t0 := time.Now()
-	out, errOut, err := edgeRun(o.bin, o.dir, append([]string{"up", scen}, args...)...)
-	o.upDur = time.Since(t0)
-	if err != nil {
-		t.Fatalf("up %s: %v\n%s%s", scen, err, out, errOut)
-	}
-	if o.st, err = testbed.LoadState(o.dir); err != nil {
-		t.Fatal(err)
-	}
-	if o.sc, err = scenario.Load(scen); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range o.st.Sites {
-		o.api = append(o.api, agentClient(t, s.Gateway))
-	}
-	t.Logf("$ detour testbed up %s %s  (prefix %s, %.2f s)", scen, strings.Join(args, " "), edPrefix, o.upDur.Seconds())
-	return o
+	return withAgents(t, upWith(t, edPrefix, scen, args...))
 }
 
 // detourIn runs the detour binary in site's gateway namespace (against
@@ -486,7 +445,6 @@ func sink(l net.Listener) *sync.WaitGroup {
 	})
 	return &wg
 }
-
 
 // ---- 1. encryption ----
 
@@ -1191,13 +1149,24 @@ func TestEdgeRateLimits(t *testing.T) {
 // ---- 3. MTU ----
 
 // mtuChecks runs, from Fujisawa's host to Seoul's (through Inagi),
-// `ping -s 1472 -M do` and 1472-byte UDP datagrams, and returns the ping
-// replies of 5 and the UDP loss.
-func (o *overlay) mtuChecks(t *testing.T, port int) (int, iperfResult) {
+// `ping -s 1472` (with -M do, fragmentation prohibited at the host, when
+// df is set) and 1472-byte UDP datagrams, and returns the ping replies of
+// 5 and the UDP loss.
+//
+// After the underlay MTU drops, a TCP flow crossing the change gets
+// detour's ICMP "packet too big", and its host then holds a smaller path
+// MTU for the destination, for every protocol: `ping -M do -s 1472` must
+// then fail locally (that is path-MTU discovery working), while a plain
+// `ping -s 1472`, as the issue states it, is fragmented by the host and
+// must succeed.
+func (o *overlay) mtuChecks(t *testing.T, port int, df bool) (int, iperfResult) {
 	src, dst := o.host("Fujisawa"), o.host("Seoul")
-	rtts, _ := pingRTTs(src.NS, dst.Addr, 5, "0.1")
-	out, _ := inNS(src.NS, "ping", "-n", "-c", "5", "-i", "0.1", "-W", "1", "-s", "1472", "-M", "do", dst.Addr)
-	rtts = nil
+	args := []string{"ping", "-n", "-c", "5", "-i", "0.1", "-W", "1", "-s", "1472"}
+	if df {
+		args = append(args, "-M", "do")
+	}
+	out, _ := inNS(src.NS, append(args, dst.Addr)...)
+	var rtts []float64
 	for _, m := range rttRE.FindAllStringSubmatch(out, -1) {
 		v, _ := strconv.ParseFloat(m[2], 64)
 		rtts = append(rtts, v)
@@ -1232,7 +1201,7 @@ func TestEdgeMTU(t *testing.T) {
 			if hostMTU != 1500 {
 				return
 			}
-			n, udp := o.mtuChecks(t, 5421)
+			n, udp := o.mtuChecks(t, 5421, true)
 			t.Logf("ping -s 1472 -M do Fujisawa host -> Seoul host: %d of 5 replies; iperf3 -u -l 1472 -b 20M: %d datagrams, %d lost (%.2f %%)", n, udp.Packets, udp.Lost, udp.LostPercent)
 			if n < 5 || udp.Packets < 1000 || udp.LostPercent > 1 {
 				t.Errorf("1472-byte payloads at underlay MTU 1400: ping %d of 5, UDP %d datagrams with %.2f %% lost", n, udp.Packets, udp.LostPercent)
@@ -1244,11 +1213,11 @@ func TestEdgeMTU(t *testing.T) {
 			var pingOut string
 			wg.Go(func() { tcp = iperfNS(t, src.NS, dst.NS, dst.Addr, 5422, "-t", "10") })
 			wg.Go(func() {
-				pingOut, _ = inNS(src.NS, "ping", "-n", "-c", "100", "-i", "0.1", "-W", "1", "-s", "1472", "-M", "do", dst.Addr)
+				pingOut, _ = inNS(src.NS, "ping", "-n", "-c", "100", "-i", "0.1", "-W", "1", "-s", "1472", dst.Addr)
 			})
 			time.Sleep(2 * time.Second)
 			for _, s := range o.st.Sites {
-				if out, e, err := edgeRun(o.bin, o.dir, "exec", s.Name, "--gateway", "--", "ip", "link", "set", "wan0", "mtu", "1300"); err != nil {
+				if out, e, err := o.run("exec", s.Name, "--gateway", "--", "ip", "link", "set", "wan0", "mtu", "1300"); err != nil {
 					t.Fatalf("lower MTU at %s: %v: %s%s", s.Name, err, out, e)
 				}
 			}
@@ -1291,8 +1260,8 @@ func TestEdgeMTU(t *testing.T) {
 			if r2.RecvMbps < 0.8*thr[1500] {
 				t.Errorf("new TCP flow at underlay MTU 1300: %.1f Mbit/s, before the drop %.1f", r2.RecvMbps, thr[1500])
 			}
-			n, udp = o.mtuChecks(t, 5423)
-			t.Logf("underlay MTU 1300: ping -s 1472 -M do: %d of 5 replies; iperf3 -u -l 1472 -b 20M: %d datagrams, %d lost (%.2f %%)", n, udp.Packets, udp.Lost, udp.LostPercent)
+			n, udp = o.mtuChecks(t, 5423, false)
+			t.Logf("underlay MTU 1300: ping -s 1472: %d of 5 replies; iperf3 -u -l 1472 -b 20M: %d datagrams, %d lost (%.2f %%)", n, udp.Packets, udp.Lost, udp.LostPercent)
 			if n < 5 || udp.Packets < 1000 || udp.LostPercent > 1 {
 				t.Errorf("1472-byte payloads at underlay MTU 1300: ping %d of 5, UDP %d datagrams with %.2f %% lost", n, udp.Packets, udp.LostPercent)
 			}
@@ -1373,7 +1342,7 @@ func TestEdgeMigration(t *testing.T) {
 	}()
 	time.Sleep(time.Second)
 	t0 := time.Now()
-	out, e, err := edgeRun(o.bin, o.dir, "migrate", "Fujisawa", "--to", "Inagi")
+	out, e, err := o.run("migrate", "Fujisawa", "--to", "Inagi")
 	moved := time.Now()
 	if err != nil {
 		t.Fatalf("migrate: %v: %s%s", err, out, e)

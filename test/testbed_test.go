@@ -79,29 +79,38 @@ func detourBin(t *testing.T) string {
 
 // bed is one testbed brought up by a test.
 type bed struct {
-	t     *testing.T
-	bin   string
-	dir   string
-	st    *testbed.State
-	sc    *scenario.Scenario
-	upDur time.Duration
+	t      *testing.T
+	bin    string
+	dir    string
+	st     *testbed.State
+	sc     *scenario.Scenario
+	upDur  time.Duration
+	prefix string
 }
 
-// run runs `detour testbed ARGS...` against the bed's state directory.
+// run runs `detour testbed ARGS...` against the bed's state directory and
+// namespace prefix.
 func (b *bed) run(args ...string) (string, string, error) {
 	cmd := exec.Command(b.bin, append([]string{"testbed"}, args...)...)
-	cmd.Env = append(os.Environ(), "DETOUR_TESTBED_STATE="+b.dir, "DETOUR_TESTBED_PREFIX="+tbPrefix)
+	cmd.Env = append(os.Environ(), "DETOUR_TESTBED_STATE="+b.dir, "DETOUR_TESTBED_PREFIX="+b.prefix)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	return out.String(), errb.String(), err
 }
 
-// upBed brings a testbed up and registers its removal, which runs even
-// when the test fails.
+// upBed brings a testbed up with the testbed tests' prefix.
 func upBed(t *testing.T, scen string, args ...string) *bed {
+	return upWith(t, tbPrefix, scen, args...)
+}
+
+// upWith brings a testbed up with namespace prefix prefix (the tests of
+// each file have their own, since `testbed up` clears its prefix) and
+// registers its removal, and that of any namespace of the prefix left
+// behind, which runs even when the test fails.
+func upWith(t *testing.T, prefix, scen string, args ...string) *bed {
 	t.Helper()
-	b := &bed{t: t, bin: detourBin(t), dir: t.TempDir()}
+	b := &bed{t: t, bin: detourBin(t), dir: t.TempDir(), prefix: prefix}
 	bedDirsMu.Lock()
 	bedDirs = append(bedDirs, b.dir)
 	bedDirsMu.Unlock()
@@ -109,8 +118,9 @@ func upBed(t *testing.T, scen string, args ...string) *bed {
 		if _, e, err := b.run("down"); err != nil {
 			t.Errorf("down: %v: %s", err, e)
 		}
-		if left := namespaces(tbPrefix); len(left) > 0 {
-			t.Errorf("namespaces left after down: %v", left)
+		for _, ns := range namespaces(prefix) {
+			t.Errorf("namespace left after down: %s", ns)
+			exec.Command("ip", "netns", "del", ns).Run()
 		}
 	})
 	t0 := time.Now()
@@ -125,6 +135,7 @@ func upBed(t *testing.T, scen string, args ...string) *bed {
 	if b.sc, err = scenario.Load(scen); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("$ detour testbed up %s %s  (prefix %s, %.2f s)", scen, strings.Join(args, " "), prefix, b.upDur.Seconds())
 	return b
 }
 
