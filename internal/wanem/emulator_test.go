@@ -38,6 +38,17 @@ func pair(t *testing.T, doc string) (e *Emulator, near [2]int) {
 	return e, near
 }
 
+// readRetry reads from fd, retrying when a signal (the Go runtime's
+// preemption) interrupts the system call.
+func readRetry(fd int, buf []byte) (int, error) {
+	for {
+		n, err := unix.Read(fd, buf)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
 // ipPacket is a minimal IPv4 header to 198.18.0.dst carrying seq.
 func ipPacket(dst byte, seq uint32, size int) []byte {
 	b := make([]byte, size)
@@ -61,7 +72,7 @@ func TestShellDeliversInOrderAfterTheDelay(t *testing.T) {
 	buf := make([]byte, 2048)
 	for i := range n {
 		unix.SetsockoptTimeval(near[1], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 2})
-		m, err := unix.Read(near[1], buf)
+		m, err := readRetry(near[1], buf)
 		if err != nil || m != 100 {
 			t.Fatalf("packet %d: %d bytes, %v", i, m, err)
 		}
@@ -86,7 +97,7 @@ func TestShellDropsUnroutablePackets(t *testing.T) {
 	unix.Write(near[0], ipPacket(2, 1, 40))
 	buf := make([]byte, 100)
 	unix.SetsockoptTimeval(near[1], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 2})
-	if m, err := unix.Read(near[1], buf); err != nil || binary.BigEndian.Uint32(buf[20:]) != 1 || m != 40 {
+	if m, err := readRetry(near[1], buf); err != nil || binary.BigEndian.Uint32(buf[20:]) != 1 || m != 40 {
 		t.Fatalf("routable packet: %d %v", m, err)
 	}
 	if got := e.Truth().Unroutable; got != 2 {
