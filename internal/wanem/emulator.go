@@ -129,6 +129,11 @@ func (e *Emulator) Stop() {
 	}
 }
 
+// Wait waits until the schedulers and the readers have returned: call it
+// after Stop, once the readers' descriptors are shut down, before closing
+// them (a closed descriptor's number is reused at once).
+func (e *Emulator) Wait() { e.wg.Wait() }
+
 func (e *Emulator) getPacket() *packet { return e.pool.Get().(*packet) }
 
 func (e *Emulator) putPacket(p *packet) {

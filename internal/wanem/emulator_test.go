@@ -20,21 +20,40 @@ func pair(t *testing.T, doc string) (e *Emulator, near [2]int) {
 		t.Fatal(err)
 	}
 	var ports []Port
+	var all []int
 	for i := range 2 {
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		near[i] = fds[0]
+		all = append(all, fds[:]...)
 		ports = append(ports, Port{FD: fds[1], Addr: netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)})})
-		t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
 	}
 	e, err = New(s, ports)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.Start()
-	t.Cleanup(e.Stop)
+	// Shut the sockets down first, so that the emulator's readers return
+	// from read before their descriptors are closed (and reused by the
+	// next test).
+	t.Cleanup(func() {
+		for _, fd := range all {
+			unix.Shutdown(fd, unix.SHUT_RDWR)
+		}
+		e.Stop()
+		done := make(chan struct{})
+		go func() { e.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("the emulator's goroutines did not return after Stop")
+		}
+		for _, fd := range all {
+			unix.Close(fd)
+		}
+	})
 	return e, near
 }
 
