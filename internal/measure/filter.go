@@ -78,6 +78,8 @@ type Filter struct {
 	hasLast bool
 	run     int // consecutive samples beyond the step threshold
 	runSign int
+	runMin  time.Duration // the extremes of the run's samples
+	runMax  time.Duration
 	steps   int
 }
 
@@ -137,7 +139,11 @@ func (f *Filter) trackJitter(v time.Duration) {
 }
 
 // detectStep counts samples beyond the threshold on one side and restarts
-// the window when the run is long enough.
+// the window when the run is long enough and its samples agree with each
+// other (within the threshold): a lasting change of the path gives
+// consistent samples, while a stalled host (its probes stamped late, all
+// at once) gives a decaying burst, which must not move the estimate. A run
+// that lasts twice as long restarts the window whatever its spread.
 func (f *Filter) detectStep(v time.Duration) {
 	th := max(f.cfg.MinStep, time.Duration(f.cfg.SpreadFactor*float64(f.spread)))
 	sign := 0
@@ -148,13 +154,14 @@ func (f *Filter) detectStep(v time.Duration) {
 		sign = -1
 	}
 	if sign == 0 || sign != f.runSign {
-		f.run, f.runSign = 0, sign
+		f.run, f.runSign, f.runMin, f.runMax = 0, sign, v, v
 	}
 	if sign == 0 {
 		return
 	}
 	f.run++
-	if f.run >= f.cfg.StepCount {
+	f.runMin, f.runMax = min(f.runMin, v), max(f.runMax, v)
+	if f.run >= f.cfg.StepCount && (f.runMax-f.runMin <= th || f.run >= 2*f.cfg.StepCount) {
 		keep := f.cfg.StepCount - 1 // the current sample is appended next
 		f.samples = append(f.samples[:0], f.samples[len(f.samples)-keep:]...)
 		f.recompute()

@@ -163,3 +163,36 @@ func BenchmarkFilterAdd(b *testing.B) {
 		f.Add(now, time.Duration(i%1000)*time.Microsecond)
 	}
 }
+
+// A host that stalls stamps a burst of probes late, by decreasing amounts;
+// that is not a lasting change and must not move the estimate, while a
+// real step of the same size is followed within StepCount samples.
+func TestFilterIgnoresAStallButFollowsAStep(t *testing.T) {
+	feed := func(f *Filter, now *time.Time, vs ...time.Duration) {
+		for _, v := range vs {
+			*now = now.Add(100 * time.Millisecond)
+			f.Add(*now, v)
+		}
+	}
+	ms := time.Millisecond
+	base := make([]time.Duration, 40)
+	for i := range base {
+		base[i] = 10*ms + time.Duration(i%5)*100*time.Microsecond
+	}
+
+	stalled := NewFilter(DefaultFilterConfig())
+	now := time.Unix(0, 0)
+	feed(stalled, &now, base...)
+	feed(stalled, &now, 290*ms, 190*ms, 90*ms, 10*ms, 10*ms)
+	if e, _ := stalled.Estimate(now); e > 10500*time.Microsecond {
+		t.Errorf("a stall moved the estimate to %v", e)
+	}
+
+	stepped := NewFilter(DefaultFilterConfig())
+	now = time.Unix(0, 0)
+	feed(stepped, &now, base...)
+	feed(stepped, &now, 30*ms, 30100*time.Microsecond, 29900*time.Microsecond)
+	if e, _ := stepped.Estimate(now); e < 29*ms {
+		t.Errorf("a step to 30 ms left the estimate at %v after 3 samples", e)
+	}
+}
