@@ -78,8 +78,7 @@ type Filter struct {
 	hasLast bool
 	run     int // consecutive samples beyond the step threshold
 	runSign int
-	runMin  time.Duration // the extremes of the run's samples
-	runMax  time.Duration
+	runPrev time.Duration // the run's previous sample
 	steps   int
 }
 
@@ -139,11 +138,13 @@ func (f *Filter) trackJitter(v time.Duration) {
 }
 
 // detectStep counts samples beyond the threshold on one side and restarts
-// the window when the run is long enough and its samples agree with each
-// other (within the threshold): a lasting change of the path gives
-// consistent samples, while a stalled host (its probes stamped late, all
-// at once) gives a decaying burst, which must not move the estimate. A run
-// that lasts twice as long restarts the window whatever its spread.
+// the window when the run is long enough and its last two samples agree
+// (within the threshold): a lasting change of the path settles at once
+// (after at most one transitional sample, such as a probe queued behind
+// older packets), while a stalled host, its probes stamped late all at
+// once, gives a burst that decays by a probe interval per sample and must
+// not move the estimate. A run that lasts twice as long restarts the
+// window whatever its samples.
 func (f *Filter) detectStep(v time.Duration) {
 	th := max(f.cfg.MinStep, time.Duration(f.cfg.SpreadFactor*float64(f.spread)))
 	sign := 0
@@ -154,14 +155,15 @@ func (f *Filter) detectStep(v time.Duration) {
 		sign = -1
 	}
 	if sign == 0 || sign != f.runSign {
-		f.run, f.runSign, f.runMin, f.runMax = 0, sign, v, v
+		f.run, f.runSign, f.runPrev = 0, sign, v
 	}
 	if sign == 0 {
 		return
 	}
 	f.run++
-	f.runMin, f.runMax = min(f.runMin, v), max(f.runMax, v)
-	if f.run >= f.cfg.StepCount && (f.runMax-f.runMin <= th || f.run >= 2*f.cfg.StepCount) {
+	settled := (v - f.runPrev).Abs() <= th
+	f.runPrev = v
+	if f.run >= f.cfg.StepCount && (settled || f.run >= 2*f.cfg.StepCount) {
 		keep := f.cfg.StepCount - 1 // the current sample is appended next
 		f.samples = append(f.samples[:0], f.samples[len(f.samples)-keep:]...)
 		f.recompute()

@@ -183,7 +183,7 @@ func TestFilterIgnoresAStallButFollowsAStep(t *testing.T) {
 	stalled := NewFilter(DefaultFilterConfig())
 	now := time.Unix(0, 0)
 	feed(stalled, &now, base...)
-	feed(stalled, &now, 290*ms, 190*ms, 90*ms, 10*ms, 10*ms)
+	feed(stalled, &now, 390*ms, 290*ms, 190*ms, 90*ms)
 	if e, _ := stalled.Estimate(now); e > 10500*time.Microsecond {
 		t.Errorf("a stall moved the estimate to %v", e)
 	}
@@ -194,5 +194,15 @@ func TestFilterIgnoresAStallButFollowsAStep(t *testing.T) {
 	feed(stepped, &now, 30*ms, 30100*time.Microsecond, 29900*time.Microsecond)
 	if e, _ := stepped.Estimate(now); e < 29*ms {
 		t.Errorf("a step to 30 ms left the estimate at %v after 3 samples", e)
+	}
+
+	// A link made faster: the first probe after the change still waits
+	// behind older packets (a transitional sample), then the new delay.
+	faster := NewFilter(DefaultFilterConfig())
+	now = time.Unix(0, 0)
+	feed(faster, &now, base...)
+	feed(faster, &now, 5*ms, 2*ms, 2100*time.Microsecond)
+	if e, _ := faster.Estimate(now); e > 3*ms {
+		t.Errorf("a step down to 2 ms left the estimate at %v after 3 samples", e)
 	}
 }
