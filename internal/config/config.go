@@ -18,6 +18,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/detour-overlay/detour/internal/yamlpath"
 	"net/netip"
 	"os"
 	"regexp"
@@ -161,7 +162,7 @@ func Parse(b []byte) (*Agent, error) {
 	if err := a.Validate(); err != nil {
 		var fe *FieldError
 		if errors.As(err, &fe) {
-			fe.Line = lineOf(&root, fe.Field)
+			fe.Line = yamlpath.Line(&root, fe.Field)
 		}
 		return nil, err
 	}
@@ -393,46 +394,4 @@ func yamlMessage(err error) string {
 		parts = append(parts, l)
 	}
 	return strings.Join(parts, "; ")
-}
-
-// lineOf finds the line of a dotted field path such as "peers[1].address"
-// in a decoded YAML document, or of the closest parent that exists.
-func lineOf(root *yaml.Node, field string) int {
-	n := root
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	line := n.Line
-	for _, part := range strings.Split(field, ".") {
-		key, idx := part, -1
-		if i := strings.IndexByte(part, '['); i >= 0 {
-			key = part[:i]
-			fmt.Sscanf(part[i:], "[%d]", &idx)
-		}
-		next := mapValue(n, key)
-		if next == nil {
-			return line
-		}
-		line, n = next.Line, next
-		if idx >= 0 {
-			if n.Kind != yaml.SequenceNode || idx >= len(n.Content) {
-				return line
-			}
-			n = n.Content[idx]
-			line = n.Line
-		}
-	}
-	return line
-}
-
-func mapValue(n *yaml.Node, key string) *yaml.Node {
-	if n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/detour-overlay/detour/internal/yamlpath"
 	"regexp"
 	"strings"
 	"time"
@@ -224,7 +225,7 @@ func Parse(b []byte) (*Scenario, error) {
 func decodeError(root *yaml.Node, err error) error {
 	var fe *FieldError
 	if errors.As(err, &fe) {
-		fe.Field = pathAtLine(root, fe.Line, fe.col)
+		fe.Field = yamlpath.PathAt(root, fe.Line, fe.col)
 		return fe
 	}
 	var te *yaml.TypeError
@@ -255,7 +256,7 @@ func (s *Scenario) Validate() error {
 	err := s.validate()
 	var fe *FieldError
 	if errors.As(err, &fe) && fe.Line == 0 && s.lines.root != nil {
-		fe.Line = lineOf(s.lines.root, fe.Field)
+		fe.Line = yamlpath.Line(s.lines.root, fe.Field)
 	}
 	return err
 }
