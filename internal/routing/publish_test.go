@@ -60,3 +60,40 @@ func TestLossBelowTheFloorCostsNothing(t *testing.T) {
 		t.Errorf("20 %% loss costs only %v", c)
 	}
 }
+
+// After an operator removes a pin, the best path is followed as soon as
+// it is better, without waiting out flap damping.
+func TestUnpinIsNotDamped(t *testing.T) {
+	const self, relay, dst wire.SiteID = 1, 2, 3
+	addrs := map[wire.SiteID]netip.AddrPort{relay: netip.MustParseAddrPort("198.18.0.2:1"), dst: netip.MustParseAddrPort("198.18.0.3:1")}
+	ms := time.Millisecond
+	matrix := func(direct time.Duration) *Matrix {
+		m := NewMatrix([]wire.SiteID{self, relay, dst})
+		for _, e := range []struct {
+			a, b wire.SiteID
+			d    time.Duration
+		}{{self, relay, 5 * ms}, {relay, self, 5 * ms}, {relay, dst, 5 * ms}, {dst, relay, 5 * ms}, {self, dst, direct}, {dst, self, direct}} {
+			m.Set(e.a, e.b, Edge{Delay: e.d, RTT: 2 * e.d})
+		}
+		return m
+	}
+	cfg := DefaultConfig()
+	r := NewRouter(cfg, self)
+	now := time.Unix(0, 0)
+	r.Update(now, matrix(8*ms), addrs)
+	now = now.Add(cfg.Settle + time.Second)
+	if err := r.Pin(dst, []wire.SiteID{dst}); err != nil {
+		t.Fatal(err)
+	}
+	r.Update(now, matrix(8*ms), addrs)
+	r.Unpin(dst)
+	r.Update(now, matrix(8*ms), addrs) // direct is still best at the unpin
+	// The direct link then slows: the relay must win after the hold alone.
+	for step := 0; step < 10; step++ {
+		now = now.Add(100 * time.Millisecond)
+		r.Update(now, matrix(30*ms), addrs)
+	}
+	if rt, _ := r.Table().Lookup(dst); len(rt.Path) != 2 {
+		t.Errorf("1 s after the direct link slowed following an unpin, the path is %v", rt.Path)
+	}
+}

@@ -251,7 +251,7 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 	if pin, ok := r.pins[id]; ok {
 		if _, ok := m.Measure(r.cfg.Weights, r.self, pin); ok {
 			if !d.pinned || !slices.Equal(d.path, pin) {
-				return r.install(now, d, pin, true, "pinned by operator", true), true
+				return r.install(now, d, pin, true, "pinned by operator", false), true
 			}
 			return Switch{}, false
 		}
@@ -262,11 +262,14 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 	}
 	cm, ok := r.usable(m, d.path)
 	if !ok || d.pinned {
-		reason := "current path died"
+		// An operator's pin coming or going is not a flap: it starts
+		// no damping interval, so the best path is followed at once
+		// after an unpin even if the estimates are still catching up.
+		reason, damp := "current path died", true
 		if d.pinned {
-			reason = "pin removed or pinned path down"
+			reason, damp = "pin removed or pinned path down", false
 		}
-		return r.install(now, d, bp, false, reason, true), true
+		return r.install(now, d, bp, false, reason, damp), true
 	}
 	if slices.Equal(d.path, bp) {
 		d.pendingSince = time.Time{}
