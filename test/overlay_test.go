@@ -939,23 +939,4 @@ func TestAgentBadConfig(t *testing.T) {
 
 // TestOverlayZZNothingLeftBehind runs after the overlay tests: no namespace
 // with their prefix and no process of theirs may remain.
-func TestOverlayZZNothingLeftBehind(t *testing.T) {
-	detourBin(t)
-	if ns := namespaces(ovPrefix); len(ns) > 0 {
-		t.Errorf("namespaces left: %v", ns)
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		b, _ := os.ReadFile(p)
-		cmd := strings.ReplaceAll(string(b), "\x00", " ")
-		mine := strings.Contains(cmd, ovPrefix)
-		bedDirsMu.Lock()
-		for _, d := range bedDirs {
-			mine = mine || strings.Contains(cmd, d)
-		}
-		bedDirsMu.Unlock()
-		if mine {
-			t.Errorf("process left: %s: %s", filepath.Dir(p), cmd)
-		}
-	}
-}
+func TestOverlayZZNothingLeftBehind(t *testing.T) { nothingLeftBehind(t, ovPrefix) }

@@ -634,16 +634,20 @@ func TestBadInputCreatesNothing(t *testing.T) {
 
 // TestZZNothingLeftBehind runs last in this file: no namespace with the
 // tests' prefix and no process of theirs may remain.
-func TestZZNothingLeftBehind(t *testing.T) {
+func TestZZNothingLeftBehind(t *testing.T) { nothingLeftBehind(t, tbPrefix) }
+
+// nothingLeftBehind fails if a namespace with the prefix, or a process
+// naming the prefix or one of the tests' state directories, remains.
+func nothingLeftBehind(t *testing.T, prefix string) {
 	detourBin(t)
-	if ns := namespaces(tbPrefix); len(ns) > 0 {
+	if ns := namespaces(prefix); len(ns) > 0 {
 		t.Errorf("namespaces left: %v", ns)
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, _ := os.ReadFile(p)
 		cmd := strings.ReplaceAll(string(b), "\x00", " ")
-		mine := strings.Contains(cmd, tbPrefix)
+		mine := strings.Contains(cmd, prefix)
 		bedDirsMu.Lock()
 		for _, d := range bedDirs {
 			mine = mine || strings.Contains(cmd, d)
