@@ -1228,16 +1228,27 @@ func TestEdgeMTU(t *testing.T) {
 				seq, _ := strconv.Atoi(m[1])
 				got[seq] = true
 			}
-			lastLost := 0
 			var lost []int
 			for seq := 1; seq <= 100; seq++ {
 				if !got[seq] {
-					lastLost = seq
 					lost = append(lost, seq)
 				}
 			}
-			recovery := max(0, float64(lastLost-20)) * 0.1
-			t.Logf("1472-byte pings every 100 ms across the change, with a TCP flow running: %d of 100 replies, lost seq %v: last loss %.1f s after the change", len(got), lost, recovery)
+			// Recovery ends with the last burst of losses (two within 1 s):
+			// a lone loss next to a saturating flow is a queue drop, not
+			// MTU trouble. Later than 5 s after the change, at most 2 of
+			// the 30 remaining pings may be lost.
+			lastBurst, late := 0, 0
+			for i, seq := range lost {
+				if seq > 20 && ((i+1 < len(lost) && lost[i+1]-seq <= 10) || (i > 0 && lost[i-1] > 20 && seq-lost[i-1] <= 10)) {
+					lastBurst = seq
+				}
+				if seq > 70 {
+					late++
+				}
+			}
+			recovery := max(0, float64(lastBurst-20)) * 0.1
+			t.Logf("1472-byte pings every 100 ms across the change, with a TCP flow running: %d of 100 replies, lost seq %v: last burst of losses %.1f s after the change, %d lost later than 5 s", len(got), lost, recovery, late)
 			t.Logf("the TCP flow across the change (iperf3 -t 10, change at 2 s), Mbit/s per second: %.1f", tcp.Intervals)
 			// New traffic after the change: a 1472-byte ping every 100 ms
 			// until one passes, then a new TCP flow (its SYN clamped to the
@@ -1251,8 +1262,8 @@ func TestEdgeMTU(t *testing.T) {
 						t.Errorf("TCP second %d (%d s after the MTU drop): %.1f Mbit/s, before the drop %.1f", k+1, k-1, tcp.Intervals[k], thr[1500])
 					}
 				}
-				if recovery > 5 {
-					t.Errorf("1472-byte pings next to the flow still lost %.1f s after the underlay MTU dropped, want within 5 s", recovery)
+				if recovery > 5 || late > 2 {
+					t.Errorf("1472-byte pings next to the flow: losses in bursts until %.1f s after the underlay MTU dropped, %d lost later than 5 s; want recovery within 5 s", recovery, late)
 				}
 			})
 			r2 := iperfNS(t, src.NS, dst.NS, dst.Addr, 5424, "-t", strconv.Itoa(secs), "-O", "1")
