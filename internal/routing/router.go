@@ -93,7 +93,8 @@ type dest struct {
 	pinned       bool
 	since        time.Time
 	firstSeen    time.Time
-	pendingSince time.Time // a better path has been better since then
+	pendingHold  time.Duration // how long the pending gain must last
+	pendingSince time.Time     // a better path has been better since then
 	lastSwitch   time.Time
 	switches     int
 	prevPath     []wire.SiteID
@@ -289,13 +290,25 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 	if d.pendingSince.IsZero() {
 		d.pendingSince = now
 	}
-	if now.Sub(d.pendingSince) < r.cfg.Hold {
+	d.pendingHold = r.holdFor(gain, bm)
+	if now.Sub(d.pendingSince) < d.pendingHold {
 		return Switch{}, false
 	}
 	if r.damped(now, d) {
 		return Switch{}, false
 	}
 	return r.install(now, d, bp, false, fmt.Sprintf("better by %v for %v", gain.Round(time.Microsecond), now.Sub(d.pendingSince)), true), true
+}
+
+// holdFor is how long a gain must last before a switch: Hold for a clear
+// gain, four times as long for one within twice the threshold, where
+// measurement noise between two nearly equal paths (a tie) could produce
+// it; real changes of several milliseconds are still followed after Hold.
+func (r *Router) holdFor(gain time.Duration, best Metrics) time.Duration {
+	if gain < 2*r.threshold(best) {
+		return 4 * r.cfg.Hold
+	}
+	return r.cfg.Hold
 }
 
 // damped reports whether flap damping still forbids an unforced switch of
@@ -333,7 +346,7 @@ func (r *Router) NextDeadline() time.Time {
 		if d.pendingSince.IsZero() {
 			continue
 		}
-		at := d.pendingSince.Add(r.cfg.Hold)
+		at := d.pendingSince.Add(max(d.pendingHold, r.cfg.Hold))
 		if r.cfg.MinSwitchInterval > 0 && !d.lastSwitch.IsZero() {
 			at = maxTime(at, d.lastSwitch.Add(r.cfg.MinSwitchInterval))
 		}
