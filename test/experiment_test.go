@@ -27,6 +27,7 @@ const (
 )
 
 func TestLanman2017ShortShowsTheEffect(t *testing.T) {
+	timingTest(t)
 	bin := os.Getenv("DETOUR_BIN")
 	if bin == "" {
 		t.Skip("DETOUR_BIN not set (make test sets it)")

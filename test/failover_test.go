@@ -322,7 +322,10 @@ func TestFailover(t *testing.T) {
 	o := upOverlay(t, filepath.Join("testdata", "failover.yaml"), "--overlay", "detour")
 	o.viaR(t, 15*time.Second)
 	pingRTTs(o.st.Sites[0].Hosts[0].NS, o.st.Sites[1].Hosts[0].Addr, 3, "0.1") // ARP and FDBs
-	t.Run("ForcedSwitches", func(t *testing.T) { forcedSwitches(t, o) })
+	t.Run("ForcedSwitches", func(t *testing.T) {
+		timingTest(t)
+		forcedSwitches(t, o)
+	})
 	t.Run("RelayKilled", func(t *testing.T) { relayKilled(t, o) })
 	t.Run("GatewayRestart", func(t *testing.T) { gatewayRestart(t, o) })
 	t.Run("Flapping", func(t *testing.T) { flapping(t, o) })
