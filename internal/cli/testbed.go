@@ -204,14 +204,21 @@ func tbDown(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-func tbStatus(args []string, stdout, stderr io.Writer) error {
-	fs, state := newFlags("status", stderr)
-	asJSON := fs.Bool("json", false, "print JSON")
+// jsonFlags parses the arguments of a command that takes only --state and
+// --json.
+func jsonFlags(name string, args []string, stderr io.Writer) (state *string, asJSON *bool, err error) {
+	fs, state := newFlags(name, stderr)
+	asJSON = fs.Bool("json", false, "print JSON")
 	pos, _, err := parseArgs(fs, args)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+	return state, asJSON, wantArgs(pos, 0, "no arguments")
+}
+
+func tbStatus(args []string, stdout, stderr io.Writer) error {
+	state, asJSON, err := jsonFlags("status", args, stderr)
+	if err != nil {
 		return err
 	}
 	s, err := testbed.GetStatus(*state)
@@ -329,13 +336,8 @@ func isSet(fs *flag.FlagSet, name string) bool {
 }
 
 func tbTruth(args []string, stdout, stderr io.Writer) error {
-	fs, state := newFlags("truth", stderr)
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, _, err := parseArgs(fs, args)
+	state, asJSON, err := jsonFlags("truth", args, stderr)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, "no arguments"); err != nil {
 		return err
 	}
 	t, err := testbed.GetTruth(*state)
