@@ -191,6 +191,11 @@ func (a *Agent) controlConfig() control.Config {
 	}
 	cfg := control.DefaultConfig(a.cfg.Site, adv, boot...)
 	cfg.ProbeInterval = a.cfg.ProbeInterval
+	cfg.MaxProbeRate = a.cfg.MaxProbeRate
+	// Failure detection counts missed probes: suspect after 2.5 intervals,
+	// down after 5 (250 ms and 500 ms at the default 100 ms).
+	cfg.SuspectAfter = a.cfg.ProbeInterval * 5 / 2
+	cfg.DownAfter = 5 * a.cfg.ProbeInterval
 	cfg.Routing.MaxHops = a.cfg.MaxHops
 	return cfg
 }

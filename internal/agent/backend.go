@@ -34,6 +34,8 @@ func (a *Agent) Status() api.Status {
 		s.Counters[k] = v
 	}
 	s.Encrypted = a.sec != nil
+	probe, down := a.node.DetectionTimes()
+	s.ProbeIntervalMS, s.DownAfterMS = ms(probe), ms(down)
 	for _, m := range a.node.Members() {
 		s.Members = append(s.Members, api.Member{Name: m.Name, ID: m.ID.String(), Address: m.Addr.String(),
 			State: m.State, SinceSeconds: now.Sub(m.Since).Seconds()})
@@ -61,7 +63,7 @@ func (a *Agent) controlCounters() map[string]uint64 {
 
 func (a *Agent) controlCountersLocked() map[string]uint64 {
 	c := a.node.Counters()
-	out := map[string]uint64{"route_switches": c.Switches}
+	out := map[string]uint64{"route_switches": c.Switches, "route_computations": c.Refreshes}
 	for t := range c.In {
 		name := wire.Type(t).String()
 		if c.In[t].Packets > 0 || c.Out[t].Packets > 0 {

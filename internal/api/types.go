@@ -26,17 +26,22 @@ package api
 
 // Status describes the agent and its view of the overlay.
 type Status struct {
-	Site          string            `json:"site"`
-	ID            string            `json:"id"`
-	Version       string            `json:"version"`
-	Listen        string            `json:"listen"`
-	Encrypted     bool              `json:"encrypted"`
-	UptimeSeconds float64           `json:"uptime_seconds"`
-	Members       []Member          `json:"members"`
-	Networks      []Network         `json:"networks"`
-	Pins          []Pin             `json:"pins"`
-	Forbidden     []string          `json:"forbidden_relays"`
-	Counters      map[string]uint64 `json:"counters"`
+	Site          string  `json:"site"`
+	ID            string  `json:"id"`
+	Version       string  `json:"version"`
+	Listen        string  `json:"listen"`
+	Encrypted     bool    `json:"encrypted"`
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	// ProbeIntervalMS and DownAfterMS are the probe interval and failure
+	// detection time in force (they grow with the members beyond what
+	// max_probe_rate allows at the configured interval).
+	ProbeIntervalMS float64           `json:"probe_interval_ms"`
+	DownAfterMS     float64           `json:"down_after_ms"`
+	Members         []Member          `json:"members"`
+	Networks        []Network         `json:"networks"`
+	Pins            []Pin             `json:"pins"`
+	Forbidden       []string          `json:"forbidden_relays"`
+	Counters        map[string]uint64 `json:"counters"`
 }
 
 // Member is a site of the overlay as this agent sees it.

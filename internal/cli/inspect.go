@@ -128,7 +128,8 @@ func printStatus(w io.Writer, raw []byte) error {
 	if s.Encrypted {
 		enc = "encrypted"
 	}
-	fmt.Fprintf(w, "site %s (id %s), detour %s, listening on %s (%s), up %.0f s\n\n", s.Site, s.ID, s.Version, s.Listen, enc, s.UptimeSeconds)
+	fmt.Fprintf(w, "site %s (id %s), detour %s, listening on %s (%s), up %.0f s\n", s.Site, s.ID, s.Version, s.Listen, enc, s.UptimeSeconds)
+	fmt.Fprintf(w, "probing every %.0f ms, a link is down after %.0f ms without a reply\n\n", s.ProbeIntervalMS, s.DownAfterMS)
 	table(w, "MEMBER\tID\tADDRESS\tSTATE\tSINCE", func(tw io.Writer) {
 		for _, m := range s.Members {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1fs\n", m.Name, m.ID, m.Address, m.State, m.SinceSeconds)

@@ -34,12 +34,14 @@ import (
 const (
 	DefaultAPI           = "127.0.0.1:7447"
 	DefaultProbeInterval = 100 * time.Millisecond
-	DefaultMaxHops       = 3
-	DefaultNetworkName   = "default"
-	DefaultNetworkID     = 1
-	DefaultTAP           = "detour0"
-	DefaultMTU           = 1400
-	maxPath              = 8 // wire.MaxPath; kept here to avoid an import cycle in tools
+	// DefaultMaxProbeRate is the default cap on probes per second.
+	DefaultMaxProbeRate = 200
+	DefaultMaxHops      = 3
+	DefaultNetworkName  = "default"
+	DefaultNetworkID    = 1
+	DefaultTAP          = "detour0"
+	DefaultMTU          = 1400
+	maxPath             = 8 // wire.MaxPath; kept here to avoid an import cycle in tools
 )
 
 // Agent is the configuration of one site's agent.
@@ -66,6 +68,10 @@ type Agent struct {
 	API string `yaml:"api,omitempty"`
 	// ProbeInterval is the period of measurement probes on every pair.
 	ProbeInterval time.Duration `yaml:"probe_interval,omitempty"`
+	// MaxProbeRate caps the probes per second this site sends to all
+	// peers together; with more peers than it allows at ProbeInterval the
+	// interval (and failure detection) grows in proportion.
+	MaxProbeRate int `yaml:"max_probe_rate,omitempty"`
 	// MaxHops is the largest number of underlay hops on a path (H).
 	MaxHops int `yaml:"max_hops,omitempty"`
 	// EgressRate is the site's total egress capacity shared by its
@@ -180,6 +186,9 @@ func (a *Agent) ApplyDefaults() {
 	if a.ProbeInterval == 0 {
 		a.ProbeInterval = DefaultProbeInterval
 	}
+	if a.MaxProbeRate == 0 {
+		a.MaxProbeRate = DefaultMaxProbeRate
+	}
 	if a.MaxHops == 0 {
 		a.MaxHops = DefaultMaxHops
 	}
@@ -228,6 +237,9 @@ func (a *Agent) Validate() error {
 	}
 	if a.ProbeInterval < 10*time.Millisecond || a.ProbeInterval > 5*time.Second {
 		return &FieldError{Field: "probe_interval", Msg: fmt.Sprintf("%v is outside 10ms..5s", a.ProbeInterval)}
+	}
+	if a.MaxProbeRate < 0 || time.Duration(a.MaxProbeRate)*a.ProbeInterval < time.Second {
+		return &FieldError{Field: "max_probe_rate", Msg: fmt.Sprintf("%d/s does not allow even one peer every probe_interval (%v)", a.MaxProbeRate, a.ProbeInterval)}
 	}
 	if a.UnderlayMTU != 0 && (a.UnderlayMTU < 576 || a.UnderlayMTU > 65535) {
 		return &FieldError{Field: "underlay_mtu", Msg: fmt.Sprintf("%d is outside 576..65535", a.UnderlayMTU)}

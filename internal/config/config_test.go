@@ -81,6 +81,8 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"own key for a peer", "site: a\nlisten: 198.18.0.1:1\nprivate_key: " + privA + "\npeers:\n  - name: b\n    address: 198.18.0.2:1\n    public_key: " + pubA + "\n", "own public key"},
 		{"wildcard without advertise", "site: a\nlisten: 0.0.0.0:4800\n", "advertise: missing"},
 		{"hops", "site: a\nlisten: 198.18.0.1:1\nmax_hops: 12\n", "line 3: max_hops"},
+		{"probe rate below one peer", "site: a\nlisten: 198.18.0.1:1\nprobe_interval: 50ms\nmax_probe_rate: 10\n", "line 4: max_probe_rate: 10/s does not allow"},
+		{"negative probe rate", "site: a\nlisten: 198.18.0.1:1\nmax_probe_rate: -5\n", "line 3: max_probe_rate"},
 		{"zero network id", "site: a\nlisten: 198.18.0.1:1\nnetworks:\n  - name: n\n    tap: t0\n", "networks[0].id: missing"},
 		{"long tap", "site: a\nlisten: 198.18.0.1:1\nnetworks:\n  - name: n\n    id: 4\n    tap: averyverylongtapname\n", "line 6: networks[0].tap"},
 		{"not yaml", "site: [\n", "line 1: did not find expected node content"},

@@ -45,6 +45,8 @@ type Counters struct {
 	In, Out  [8]TypeCount // indexed by wire.Type
 	Dropped  [numDrops]uint64
 	Switches uint64 // route changes made by this node
+	// Refreshes counts recomputations of liveness, link state and routes.
+	Refreshes uint64
 }
 
 // DroppedByKind returns the non-zero drop counters by name.

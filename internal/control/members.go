@@ -47,7 +47,7 @@ type member struct {
 }
 
 func (n *Node) measureConfig() measure.Config {
-	return measure.Config{DownAfter: n.cfg.DownAfter, LossWindow: 20, Filter: n.cfg.Filter}
+	return measure.Config{DownAfter: n.timers.down, LossWindow: 20, Filter: n.cfg.Filter}
 }
 
 // learn adds a member or updates a known one from a record heard at now;
@@ -119,7 +119,7 @@ func (n *Node) updateLiveness(now time.Time) {
 	alive := map[wire.SiteID]bool{n.self: true}
 	queue := []wire.SiteID{n.self}
 	for _, m := range n.members {
-		if m.state != StateLeft && !m.lastHeard.IsZero() && now.Sub(m.lastHeard) < n.cfg.DownAfter {
+		if m.state != StateLeft && !m.lastHeard.IsZero() && now.Sub(m.lastHeard) < n.timers.down {
 			alive[m.id] = true
 			queue = append(queue, m.id)
 		}

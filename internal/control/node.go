@@ -99,6 +99,9 @@ type Node struct {
 	nextBootstrap time.Time
 	helloSent     map[netip.AddrPort]time.Time // rate limit for hellos to unknown senders
 	scratch       wire.LinkState
+	timers        timers
+	lastRefresh   time.Time // when refresh last ran
+	refreshDue    time.Time // when a deferred refresh must run (zero: none)
 }
 
 // New returns a node for cfg, started at now.
@@ -122,6 +125,7 @@ func New(cfg Config, now time.Time) (*Node, error) {
 		started:   now,
 		helloSent: map[netip.AddrPort]time.Time{},
 	}
+	n.timers = scaledTimers(&cfg, 0)
 	n.Tick(now)
 	return n, nil
 }
@@ -166,7 +170,9 @@ func (n *Node) Tick(now time.Time) {
 	}
 	n.bootstrap(now)
 	n.probe(now)
-	n.refresh(now)
+	if n.refreshNeeded(now) {
+		n.refreshSoon(now)
+	}
 	n.gossip(now)
 	n.forget(now)
 }
@@ -179,9 +185,55 @@ func (n *Node) observe(now time.Time) {
 	}
 }
 
+// refreshNeeded reports whether a Tick at now must refresh: a deferred
+// refresh is due, a probe interval has passed since the last one (which
+// carries this site's own measurements into its link state and routes),
+// or a timer that changes state fired since: a link turning suspect or
+// down, a member falling silent, the link-state refresh, a held route
+// switch. Ticks for probes alone then cost no route computation.
+func (n *Node) refreshNeeded(now time.Time) bool {
+	if n.lastRefresh.IsZero() || !now.Before(n.lastRefresh.Add(n.timers.probe)) {
+		return true
+	}
+	if !n.refreshDue.IsZero() && !now.Before(n.refreshDue) {
+		return true
+	}
+	fired := func(at time.Time) bool { return at.After(n.lastRefresh) && !at.After(now) }
+	if fired(n.orig.NextDue()) || fired(n.router.NextDeadline()) {
+		return true
+	}
+	for _, m := range n.members {
+		if m.state != StateAlive {
+			continue
+		}
+		lr := m.link.LastReply()
+		if fired(m.lastHeard.Add(n.timers.down)) || (!lr.IsZero() && (fired(lr.Add(n.timers.down)) ||
+			(n.timers.suspect > 0 && fired(lr.Add(n.timers.suspect))))) {
+			return true
+		}
+	}
+	return false
+}
+
+// refreshSoon runs refresh now, or, if the last one ran less than a batch
+// interval ago, at the end of that interval: a burst of probe replies and
+// link-state reports then costs one route computation, not one each.
+func (n *Node) refreshSoon(now time.Time) {
+	if !n.lastRefresh.IsZero() && now.Sub(n.lastRefresh) < n.timers.batch {
+		if n.refreshDue.IsZero() {
+			n.refreshDue = n.lastRefresh.Add(n.timers.batch)
+		}
+		return
+	}
+	n.refresh(now)
+}
+
 // refresh recomputes liveness, this site's link state, and the routes.
 func (n *Node) refresh(now time.Time) {
+	n.lastRefresh, n.refreshDue = now, time.Time{}
+	n.counters.Refreshes++
 	n.db.Expire(now, n.self)
+	n.scaleTimers()
 	n.updateLiveness(now)
 	n.originate(now)
 	n.route(now)
@@ -209,17 +261,18 @@ func (n *Node) NextDeadline() time.Time {
 		}
 	}
 	earlier(n.nextGossip)
+	earlier(n.refreshDue)
 	for _, m := range n.members {
 		if m.state == StateLeft {
 			continue
 		}
 		earlier(m.nextProbe)
 		if m.state == StateAlive {
-			earlier(m.lastHeard.Add(n.cfg.DownAfter))
+			earlier(m.lastHeard.Add(n.timers.down))
 			if lr := m.link.LastReply(); !lr.IsZero() {
-				earlier(lr.Add(n.cfg.DownAfter))
-				if n.cfg.SuspectAfter > 0 {
-					earlier(lr.Add(n.cfg.SuspectAfter))
+				earlier(lr.Add(n.timers.down))
+				if n.timers.suspect > 0 {
+					earlier(lr.Add(n.timers.suspect))
 				}
 			}
 		}
@@ -251,7 +304,7 @@ func (n *Node) probe(now time.Time) {
 		if m.state == StateLeft || now.Before(m.nextProbe) {
 			continue
 		}
-		iv := n.cfg.ProbeInterval
+		iv := n.timers.probe
 		if m.state == StateDown {
 			iv = n.cfg.DownProbeInterval
 		}
@@ -361,11 +414,11 @@ func (n *Node) route(now time.Time) {
 // suspect reports whether this site's link to m has missed replies for
 // SuspectAfter (it is in doubt, not yet down).
 func (n *Node) suspect(now time.Time, m *member) bool {
-	if m == nil || n.cfg.SuspectAfter <= 0 {
+	if m == nil || n.timers.suspect <= 0 {
 		return false
 	}
 	lr := m.link.LastReply()
-	return !lr.IsZero() && now.Sub(lr) >= n.cfg.SuspectAfter
+	return !lr.IsZero() && now.Sub(lr) >= n.timers.suspect
 }
 
 // countRealSwitches counts changes of an existing path (not first routes).

@@ -27,13 +27,15 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, mod := range map[string]func(*Config){
-		"empty name":   func(c *Config) { c.Name = "" },
-		"bad address":  func(c *Config) { c.Advertise = netip.AddrPort{} },
-		"port 0":       func(c *Config) { c.Advertise = netip.MustParseAddrPort("10.0.0.1:0") },
-		"bad boot":     func(c *Config) { c.Bootstrap = []netip.AddrPort{{}} },
-		"fast down":    func(c *Config) { c.DownAfter = c.ProbeInterval },
-		"zero hops":    func(c *Config) { c.Routing.MaxHops = 0 },
-		"short expiry": func(c *Config) { c.ExpireAfter = c.LinkState.Refresh },
+		"empty name":    func(c *Config) { c.Name = "" },
+		"bad address":   func(c *Config) { c.Advertise = netip.AddrPort{} },
+		"port 0":        func(c *Config) { c.Advertise = netip.MustParseAddrPort("10.0.0.1:0") },
+		"bad boot":      func(c *Config) { c.Bootstrap = []netip.AddrPort{{}} },
+		"fast down":     func(c *Config) { c.DownAfter = c.ProbeInterval },
+		"zero hops":     func(c *Config) { c.Routing.MaxHops = 0 },
+		"short expiry":  func(c *Config) { c.ExpireAfter = c.LinkState.Refresh },
+		"probe rate":    func(c *Config) { c.MaxProbeRate = 5 },
+		"negative rate": func(c *Config) { c.MaxProbeRate = -1 },
 	} {
 		c := good
 		mod(&c)

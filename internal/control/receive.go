@@ -137,7 +137,7 @@ func (n *Node) onProbeReply(now time.Time, pkt []byte) error {
 	}
 	n.heard(now, m)
 	if !wasUp || wasSuspect {
-		n.refresh(now) // a link came up or is confirmed: tell the others, drop backups
+		n.refreshSoon(now) // a link came up or is confirmed: tell the others, drop backups
 	}
 	return nil
 }
@@ -168,7 +168,7 @@ func (n *Node) onLinkState(now time.Time, from netip.AddrPort, pkt []byte) error
 	}
 	n.flood(o, pkt)
 	if cur, _ := n.db.Origin(o.id); old == nil || material(old.Links, cur.Links) {
-		n.refresh(now) // reroute at once; a mere refresh waits for the next tick
+		n.refreshSoon(now) // reroute now; a mere refresh waits for the next tick
 	}
 	return nil
 }
@@ -221,7 +221,7 @@ func (n *Node) onHello(now time.Time, from netip.AddrPort, pkt []byte) error {
 		n.sendMembers(m.addr)
 	}
 	if fresh {
-		n.refresh(now)
+		n.refreshSoon(now)
 	}
 	return nil
 }
@@ -245,7 +245,7 @@ func (n *Node) onMembers(now time.Time, from netip.AddrPort, pkt []byte) error {
 		}
 	}
 	if changed {
-		n.refresh(now)
+		n.refreshSoon(now)
 	}
 	if errors.Is(firstErr, ErrIDMismatch) || errors.Is(firstErr, ErrIDCollision) {
 		return firstErr // a list with a bad record is counted, the rest is used
@@ -266,6 +266,6 @@ func (n *Node) onLeave(now time.Time, pkt []byte) error {
 		return ErrStale
 	}
 	n.depart(now, m)
-	n.refresh(now)
+	n.refreshSoon(now)
 	return nil
 }

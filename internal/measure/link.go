@@ -105,6 +105,10 @@ func (l *Link) Up(now time.Time) bool {
 	return !l.lastReply.IsZero() && now.Sub(l.lastReply) < l.cfg.DownAfter
 }
 
+// SetDownAfter changes the time without a reply after which the link is
+// down (the control plane scales it with the probe interval).
+func (l *Link) SetDownAfter(d time.Duration) { l.cfg.DownAfter = d }
+
 // LastReply returns when the last valid reply arrived (zero if none).
 func (l *Link) LastReply() time.Time { return l.lastReply }
 

@@ -1,0 +1,66 @@
+package control
+
+import "time"
+
+// timers are the probe interval and the failure-detection times in force.
+// They are the configured ones until the members outnumber what
+// MaxProbeRate allows at ProbeInterval; then all three grow by the same
+// factor, so a link is still suspected and declared down after the same
+// number of missed probes.
+//
+// batch is the shortest time between two recomputations of the routes
+// (refresh): 1 ms per member, between 5 and 50 ms. A refresh costs O(N³)
+// with N sites, and without a batch interval it would run on every probe
+// reply and report, hundreds of times a second at 50 sites.
+type timers struct {
+	probe, suspect, down time.Duration
+	batch                time.Duration
+	members              int // the member count they were computed for
+}
+
+// scaleTimers recomputes the timers for the current number of members and
+// hands the new down time to every link's estimator.
+func (n *Node) scaleTimers() {
+	count := 0
+	for _, m := range n.members {
+		if m.state != StateLeft {
+			count++
+		}
+	}
+	if count == n.timers.members && n.timers.probe != 0 {
+		return
+	}
+	n.timers = scaledTimers(&n.cfg, count)
+	for _, m := range n.members {
+		m.link.SetDownAfter(n.timers.down)
+	}
+}
+
+// The bounds of the batch interval between two refreshes.
+const (
+	minBatch = 5 * time.Millisecond
+	maxBatch = 50 * time.Millisecond
+)
+
+// scaledTimers returns the timers for members other sites under cfg.
+func scaledTimers(cfg *Config, members int) timers {
+	t := timers{probe: cfg.ProbeInterval, suspect: cfg.SuspectAfter, down: cfg.DownAfter, members: members,
+		batch: min(maxBatch, max(minBatch, time.Duration(members)*time.Millisecond))}
+	if cfg.MaxProbeRate <= 0 {
+		return t
+	}
+	need := time.Duration(members) * time.Second / time.Duration(cfg.MaxProbeRate)
+	if need <= cfg.ProbeInterval {
+		return t
+	}
+	need = need.Round(time.Millisecond)
+	scale := func(d time.Duration) time.Duration {
+		return time.Duration(float64(d) * float64(need) / float64(cfg.ProbeInterval)).Round(time.Millisecond)
+	}
+	t.probe, t.suspect, t.down = need, scale(cfg.SuspectAfter), scale(cfg.DownAfter)
+	return t
+}
+
+// DetectionTimes returns the probe interval and the link down time in
+// force.
+func (n *Node) DetectionTimes() (probe, down time.Duration) { return n.timers.probe, n.timers.down }
