@@ -164,7 +164,9 @@ func (f *Filter) detectStep(v time.Duration) {
 	settled := (v - f.runPrev).Abs() <= th
 	f.runPrev = v
 	if f.run >= f.cfg.StepCount && (settled || f.run >= 2*f.cfg.StepCount) {
-		keep := f.cfg.StepCount - 1 // the current sample is appended next
+		// The current sample is appended next. Samples may have expired
+		// during the run, so fewer than StepCount-1 may be left.
+		keep := min(f.cfg.StepCount-1, len(f.samples))
 		f.samples = append(f.samples[:0], f.samples[len(f.samples)-keep:]...)
 		f.recompute()
 		f.run, f.runSign = 0, 0

@@ -206,3 +206,43 @@ func TestFilterIgnoresAStallButFollowsAStep(t *testing.T) {
 		t.Errorf("a step down to 2 ms left the estimate at %v after 3 samples", e)
 	}
 }
+
+// TestFilterStepRunAcrossExpiry: samples about 5 s apart (probes lost for
+// seconds, as on an overloaded machine) leave at most one sample in the
+// window each time, while a step run goes on counting; the restart must
+// not reach back past the samples that are left. This sequence, found by
+// FuzzFilter, crashed the agent.
+func TestFilterStepRunAcrossExpiry(t *testing.T) {
+	f := NewFilter(DefaultFilterConfig())
+	now := t0
+	for _, s := range []struct{ gap, v time.Duration }{
+		{4800, 179}, {4800, 120}, {4800, 48}, {5500, 243}, {4800, 48}, {4800, 48}, {4800, 48}, {4800, 48}, {4800, 48},
+	} {
+		now = now.Add(s.gap * time.Millisecond)
+		f.Add(now, s.v*time.Millisecond)
+	}
+	if est, ok := f.Estimate(now); !ok || est != 48*time.Millisecond {
+		t.Fatalf("estimate %v, %v after the samples settled at 48 ms", est, ok)
+	}
+}
+
+// FuzzFilter feeds arbitrary sample sequences (gaps and values) to a
+// filter: it must never panic and its estimate must lie within the
+// samples' range.
+func FuzzFilter(f *testing.F) {
+	f.Add([]byte{1, 10, 1, 10, 60, 200, 1, 200, 1, 250})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fl := NewFilter(DefaultFilterConfig())
+		now := t0
+		lo, hi := time.Duration(math.MaxInt64), time.Duration(0)
+		for i := 0; i+1 < len(b); i += 2 {
+			now = now.Add(time.Duration(b[i]) * 100 * time.Millisecond)
+			v := time.Duration(b[i+1]) * time.Millisecond
+			fl.Add(now, v)
+			lo, hi = min(lo, v), max(hi, v)
+			if est, ok := fl.Estimate(now); ok && (est < lo || est > hi) {
+				t.Fatalf("estimate %v outside the samples' range [%v, %v]", est, lo, hi)
+			}
+		}
+	})
+}
