@@ -34,7 +34,9 @@ func startOverlay(ctx context.Context, st *State, sc *scenario.Scenario, o Optio
 	default:
 		return nil
 	}
-	return waitOverlay(ctx, st, 20*time.Second)
+	// Every site meets every other, so a large overlay takes longer to
+	// come up on one machine.
+	return waitOverlay(ctx, st, 20*time.Second+time.Duration(len(st.Sites))*time.Second)
 }
 
 // startVXLAN builds a full mesh of kernel VXLAN: one vx0 per gateway,
