@@ -18,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/api"
 	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/control"
 	"github.com/detour-overlay/detour/internal/datapath"
@@ -233,7 +232,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.closeAll()
 		return fmt.Errorf("api: %w", err)
 	}
-	srv := &http.Server{Handler: api.NewHandler(a, a.registry), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: a.apiHandler(), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 
 	engineDone := make(chan error, 1)
@@ -268,6 +267,7 @@ func (a *Agent) controlLoop(ctx context.Context) {
 		case p := <-a.ctlIn:
 			a.mu.Lock()
 			a.receive(p)
+			a.drainControl()
 			a.mu.Unlock()
 		case <-timer.C:
 			a.mu.Lock()
@@ -288,6 +288,24 @@ func (a *Agent) controlLoop(ctx context.Context) {
 		}
 		a.flush()
 		a.resetTimer(timer)
+	}
+}
+
+// maxControlBatch bounds how many queued control datagrams the control
+// loop takes at once before it sends the answers in one batch.
+const maxControlBatch = 64
+
+// drainControl receives the control datagrams already queued, so that
+// under load one flush and one timer reset (a system call and an O(N)
+// deadline scan) serve a whole batch. The caller holds a.mu.
+func (a *Agent) drainControl() {
+	for range maxControlBatch - 1 {
+		select {
+		case p := <-a.ctlIn:
+			a.receive(p)
+		default:
+			return
+		}
 	}
 }
 

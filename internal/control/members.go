@@ -1,6 +1,7 @@
 package control
 
 import (
+	"github.com/detour-overlay/detour/internal/linkstate"
 	"net/netip"
 	"time"
 
@@ -44,6 +45,10 @@ type member struct {
 	lastHeard time.Time
 	link      *measure.Link
 	nextProbe time.Time
+	// reported is the link last put in this site's own link state: a
+	// probe reply that moves the estimate away from it calls for a
+	// refresh.
+	reported linkstate.Link
 }
 
 func (n *Node) measureConfig() measure.Config {
@@ -87,6 +92,7 @@ func (n *Node) learn(now time.Time, rec *wire.Member, direct bool) (*member, boo
 	m = &member{id: rec.ID, name: rec.Name, addr: rec.Addr, inc: rec.Incarnation, state: StateJoining,
 		since: now, learned: now, link: measure.NewLink(n.measureConfig()), nextProbe: now}
 	n.members[m.id] = m
+	n.deadlineStale, n.sorted = true, nil
 	if direct {
 		n.heard(now, m)
 	}
@@ -109,6 +115,7 @@ func (n *Node) setState(now time.Time, m *member, s State) {
 	if s == StateAlive {
 		m.nextProbe = now
 	}
+	n.deadlineStale = true
 }
 
 // updateLiveness recomputes who is alive: the members heard within
@@ -154,6 +161,7 @@ func (n *Node) forget(now time.Time) {
 	for id, m := range n.members {
 		if (m.state == StateDown || m.state == StateLeft) && now.Sub(m.since) > n.cfg.ForgetAfter {
 			delete(n.members, id)
+			n.sorted = nil
 			n.db.Drop(id)
 		}
 	}

@@ -102,6 +102,9 @@ type Node struct {
 	timers        timers
 	lastRefresh   time.Time // when refresh last ran
 	refreshDue    time.Time // when a deferred refresh must run (zero: none)
+	deadline      time.Time // NextDeadline's cached answer
+	deadlineStale bool      // deadline must be recomputed
+	sorted        []*member // sortedMembers' cache; nil when stale
 }
 
 // New returns a node for cfg, started at now.
@@ -165,6 +168,7 @@ func (n *Node) emit(to netip.AddrPort, payload []byte) {
 // and refresh, gossip, expiry and route selection.
 func (n *Node) Tick(now time.Time) {
 	n.observe(now)
+	n.deadlineStale = true
 	if n.left {
 		return
 	}
@@ -186,13 +190,14 @@ func (n *Node) observe(now time.Time) {
 }
 
 // refreshNeeded reports whether a Tick at now must refresh: a deferred
-// refresh is due, a probe interval has passed since the last one (which
-// carries this site's own measurements into its link state and routes),
-// or a timer that changes state fired since: a link turning suspect or
-// down, a member falling silent, the link-state refresh, a held route
-// switch. Ticks for probes alone then cost no route computation.
+// refresh is due, or a timer that changes state fired since the last one:
+// a link turning suspect or down, a member falling silent, the link-state
+// refresh (every second, which also carries small drifts of this site's
+// own measurements into its link state and routes), a held route switch.
+// Ticks for probes alone then cost no route computation; a probe reply
+// that moves an estimate asks for a refresh itself (ownLinkMoved).
 func (n *Node) refreshNeeded(now time.Time) bool {
-	if n.lastRefresh.IsZero() || !now.Before(n.lastRefresh.Add(n.timers.probe)) {
+	if n.lastRefresh.IsZero() {
 		return true
 	}
 	if !n.refreshDue.IsZero() && !now.Before(n.refreshDue) {
@@ -232,6 +237,7 @@ func (n *Node) refreshSoon(now time.Time) {
 func (n *Node) refresh(now time.Time) {
 	n.lastRefresh, n.refreshDue = now, time.Time{}
 	n.counters.Refreshes++
+	n.deadlineStale = true
 	n.db.Expire(now, n.self)
 	n.scaleTimers()
 	n.updateLiveness(now)
@@ -252,8 +258,25 @@ func (n *Node) Leave(now time.Time) {
 	n.left = true
 }
 
-// NextDeadline returns when Tick should run next.
+// NextDeadline returns when Tick should run next; a time not after the
+// latest time passed in means at once. The answer is cached: it is
+// recomputed (O(members)) only after a Tick or a change that can bring a
+// deadline forward (a refresh, a member learned or changing state), not
+// after every probe and reply. Messages only move the other deadlines
+// later, so a cached one is at worst early, and an early Tick is
+// harmless.
 func (n *Node) NextDeadline() time.Time {
+	if n.deadlineStale {
+		n.deadline, n.deadlineStale = n.computeDeadline(), false
+	}
+	if !n.refreshDue.IsZero() && (n.deadline.IsZero() || n.refreshDue.Before(n.deadline)) {
+		return n.refreshDue
+	}
+	return n.deadline
+}
+
+// computeDeadline is the earliest timer after the latest time seen.
+func (n *Node) computeDeadline() time.Time {
 	var t time.Time
 	earlier := func(x time.Time) {
 		if !x.IsZero() && x.After(n.last) && (t.IsZero() || x.Before(t)) {
@@ -261,7 +284,6 @@ func (n *Node) NextDeadline() time.Time {
 		}
 	}
 	earlier(n.nextGossip)
-	earlier(n.refreshDue)
 	for _, m := range n.members {
 		if m.state == StateLeft {
 			continue
@@ -349,8 +371,9 @@ func (n *Node) ownLinks(now time.Time) []linkstate.Link {
 		if !s.Valid && m.state != StateAlive {
 			continue
 		}
-		out = append(out, linkstate.Link{From: n.self, To: m.id, Up: s.Up, Delay: s.Delay, RTT: s.RTT,
-			Jitter: s.Jitter, Loss: s.Loss})
+		l := linkstate.Link{From: n.self, To: m.id, Up: s.Up, Delay: s.Delay, RTT: s.RTT, Jitter: s.Jitter, Loss: s.Loss}
+		m.reported = l
+		out = append(out, l)
 	}
 	return out
 }
@@ -408,6 +431,7 @@ func (n *Node) route(now time.Time) {
 		}
 	}
 	sw := n.router.Update(now, mx, addrs)
+	n.deadlineStale = true // held switches have deadlines
 	n.counters.Switches += uint64(countRealSwitches(sw))
 }
 
@@ -432,7 +456,13 @@ func countRealSwitches(sw []routing.Switch) int {
 	return c
 }
 
+// sortedMembers returns the members in ID order (so that a node's output
+// is deterministic). The slice is cached until a member is added or
+// removed; callers must not keep it across such a change.
 func (n *Node) sortedMembers() []*member {
+	if n.sorted != nil && len(n.sorted) == len(n.members) {
+		return n.sorted
+	}
 	out := make([]*member, 0, len(n.members))
 	for _, m := range n.members {
 		out = append(out, m)
@@ -446,6 +476,7 @@ func (n *Node) sortedMembers() []*member {
 		}
 		return 0
 	})
+	n.sorted = out
 	return out
 }
 

@@ -136,10 +136,21 @@ func (n *Node) onProbeReply(now time.Time, pkt []byte) error {
 		return ErrStaleReply
 	}
 	n.heard(now, m)
-	if !wasUp || wasSuspect {
-		n.refreshSoon(now) // a link came up or is confirmed: tell the others, drop backups
+	if !wasUp || wasSuspect || n.ownLinkMoved(now, m) {
+		// A link came up or is confirmed (tell the others, drop backups),
+		// or its estimate moved.
+		n.refreshSoon(now)
 	}
 	return nil
+}
+
+// ownLinkMoved reports whether this site's link to m now measures
+// materially different from what its link state last said (the test
+// material applies to received reports).
+func (n *Node) ownLinkMoved(now time.Time, m *member) bool {
+	s := m.link.Stats(now)
+	r := m.reported
+	return s.Valid && (s.Up != r.Up || (s.Delay-r.Delay).Abs() >= materialDelay || s.Loss != r.Loss)
 }
 
 // onLinkState stores a newer report and floods it on to the members the
@@ -173,6 +184,10 @@ func (n *Node) onLinkState(now time.Time, from netip.AddrPort, pkt []byte) error
 	return nil
 }
 
+// materialDelay is the smallest change of a link's delay that calls for
+// recomputing routes at once.
+const materialDelay = 100 * time.Microsecond
+
 // material reports whether a new report differs from the old one enough to
 // recompute routes at once: a link appeared, vanished or changed state,
 // or its delay moved by 0.1 ms or more.
@@ -182,7 +197,7 @@ func material(old, cur map[wire.SiteID]linkstate.Link) bool {
 	}
 	for id, c := range cur {
 		o, ok := old[id]
-		if !ok || o.Up != c.Up || (c.Delay-o.Delay).Abs() >= 100*time.Microsecond || c.Loss != o.Loss {
+		if !ok || o.Up != c.Up || (c.Delay-o.Delay).Abs() >= materialDelay || c.Loss != o.Loss {
 			return true
 		}
 	}
