@@ -204,13 +204,28 @@ func material(old, cur map[wire.SiteID]linkstate.Link) bool {
 	return false
 }
 
-// flood forwards an origin's report to every member that the origin does
-// not report a working link to: only they may have missed it. Sequence
+// floodFanout is how many sites forward an origin's report to a member
+// the origin does not reach directly.
+const floodFanout = 2
+
+// flood forwards an origin's report to the members that the origin does
+// not report a working link to: only they may have missed it. Of all the
+// sites that could forward it, only the floodFanout with the lowest IDs
+// that the origin reaches and that reach the member do (by everyone's
+// link state, so every site decides alike): with every site forwarding,
+// one report of a site whose links are still coming up would cost N²
+// datagrams, and a loaded overlay would feed its own overload. Sequence
 // numbers stop the copies.
 func (n *Node) flood(o *member, pkt []byte) {
+	if !n.db.ReportsUp(o.id, n.self) {
+		return // not heard directly: a designated forwarder must be us
+	}
 	var cp []byte
 	for _, m := range n.sortedMembers() {
 		if m.id == o.id || (m.state != StateAlive && m.state != StateJoining) || n.db.ReportsUp(o.id, m.id) {
+			continue
+		}
+		if !n.db.ReportsUp(n.self, m.id) || !n.designatedForwarder(o.id, m.id) {
 			continue
 		}
 		if cp == nil {
@@ -218,6 +233,23 @@ func (n *Node) flood(o *member, pkt []byte) {
 		}
 		n.emit(m.addr, cp)
 	}
+}
+
+// designatedForwarder reports whether this site is among the floodFanout
+// sites with the lowest IDs that origin reports a working link to and
+// that report a working link to target.
+func (n *Node) designatedForwarder(origin, target wire.SiteID) bool {
+	lower := 0
+	for _, c := range n.sortedMembers() {
+		if c.id >= n.self || lower >= floodFanout {
+			break
+		}
+		if c.id != origin && c.id != target && c.state == StateAlive &&
+			n.db.ReportsUp(origin, c.id) && n.db.ReportsUp(c.id, target) {
+			lower++
+		}
+	}
+	return lower < floodFanout
 }
 
 // onHello learns (or re-learns) the sender and answers with the member

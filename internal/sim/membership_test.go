@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"github.com/detour-overlay/detour/internal/wire"
 	"net/netip"
 	"testing"
 	"time"
@@ -171,5 +172,63 @@ func TestDeadDirectLinkUsesRelay(t *testing.T) {
 func TestIDCollisionRejected(t *testing.T) {
 	if err := control.ValidateSites([]string{"a", "b", "a"}); err == nil {
 		t.Fatal("duplicate name accepted")
+	}
+}
+
+// TestFloodAroundDeadLinkIsBounded: in a 12-site mesh where s1 and s2
+// cannot reach each other, s2 still gets s1's link state (through the
+// designated forwarders), and each of s1's reports reaches s2 at most
+// twice: not once from every other site.
+func TestFloodAroundDeadLinkIsBounded(t *testing.T) {
+	n := mesh(12, 10*time.Millisecond, 7)
+	n.Partition("s1", "s2", true)
+	start(t, n)
+	n.RunFor(8 * time.Second)
+	if !allSee(n) {
+		t.Fatal("sites with a dead direct link do not see each other")
+	}
+	// Every site sends each of its reports to every peer it reaches: s1
+	// to 10, the others to 11. s2 hears the other ten origins' reports
+	// directly, and s1's through at most two forwarders each.
+	lsOut := func() []uint64 {
+		var out []uint64
+		for _, s := range n.Sites() {
+			out = append(out, s.Node.Counters().Out[wire.TypeLinkState].Packets)
+		}
+		return out
+	}
+	lsIn := func() uint64 { return n.Site("s2").Node.Counters().In[wire.TypeLinkState].Packets }
+	out0, in0 := lsOut(), lsIn()
+	n.RunFor(10 * time.Second)
+	out1 := lsOut()
+	var direct, fromS1 uint64
+	for i, s := range n.Sites() {
+		switch s.Name {
+		case "s1":
+			fromS1 = (out1[i] - out0[i]) / 10
+		case "s2":
+		default:
+			// Forwarded copies count too: take the origin's own reports
+			// as at most its sends over its 11 peers.
+			direct += (out1[i] - out0[i]) / 11
+		}
+	}
+	got := lsIn() - in0
+	t.Logf("in 10 s s1 sent %d reports and the other origins about %d; s2 received %d link-state datagrams", fromS1, direct, got)
+	if fromS1 == 0 {
+		t.Fatal("s1 sent no reports")
+	}
+	if max := direct + 2*fromS1; got > max {
+		t.Errorf("s2 received %d link-state datagrams, more than %d: s1's reports flooded by every site", got, max)
+	}
+	s2 := n.Site("s2")
+	fresh := false
+	for _, l := range s2.Node.Links(s2.Local(n.Now())) {
+		if l.From == "s1" && l.Age < 2*time.Second {
+			fresh = true
+		}
+	}
+	if !fresh {
+		t.Error("s2 holds no fresh report of s1")
 	}
 }

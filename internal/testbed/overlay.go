@@ -231,6 +231,20 @@ func siteKeys(n int, encrypted bool) ([]keys.PrivateKey, error) {
 	return privs, nil
 }
 
+// testbedProbeRate is the probe budget of each agent on a testbed of n
+// sites. Real gateways each have their own CPU; here every agent and the
+// emulator share one machine, and the probes of a full mesh grow as n²:
+// beyond 32 sites the default 200 probes a second per site (about 3 % of
+// a core each, mostly the kernel's per-packet work) would saturate two
+// cores, so the budget falls to 100 (at 54 sites: every 530 ms, a link
+// down after 2.65 s).
+func testbedProbeRate(n int) int {
+	if n > 32 {
+		return 100
+	}
+	return config.DefaultMaxProbeRate
+}
+
 // writeAgentConfig writes site i's agent configuration: every other site
 // is a bootstrap peer, with its public key when privs is not nil.
 func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.PrivateKey, file string) error {
@@ -244,6 +258,7 @@ func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.Priv
 			TAP: config.DefaultTAP, Bridge: "br0", MTU: st.HostMTU,
 		}},
 		TestClockOffset: sc.Sites[i].ClockOffset.D(),
+		MaxProbeRate:    testbedProbeRate(len(st.Sites)),
 	}
 	if privs != nil {
 		a.PrivateKey = privs[i].String()
