@@ -12,9 +12,15 @@ import "time"
 // (refresh): 1 ms per member, between 5 and 50 ms. A refresh costs O(N³)
 // with N sites, and without a batch interval it would run on every probe
 // reply and report, hundreds of times a second at 50 sites.
+//
+// lsMin is the shortest time between two of this site's link-state
+// reports: the configured one, or 10 ms per member if longer. Every site
+// receives every report, so this bounds what each site receives to about
+// 100 reports a second however many sites there are, even when a loaded
+// network makes every measurement move.
 type timers struct {
 	probe, suspect, down time.Duration
-	batch                time.Duration
+	batch, lsMin         time.Duration
 	members              int // the member count they were computed for
 }
 
@@ -34,18 +40,22 @@ func (n *Node) scaleTimers() {
 	for _, m := range n.members {
 		m.link.SetDownAfter(n.timers.down)
 	}
+	n.orig.SetMinInterval(n.timers.lsMin)
 }
 
-// The bounds of the batch interval between two refreshes.
+// The bounds of the batch interval between two refreshes, and the
+// link-state interval per member.
 const (
-	minBatch = 5 * time.Millisecond
-	maxBatch = 50 * time.Millisecond
+	lsMinPerMember = 10 * time.Millisecond
+	minBatch       = 5 * time.Millisecond
+	maxBatch       = 50 * time.Millisecond
 )
 
 // scaledTimers returns the timers for members other sites under cfg.
 func scaledTimers(cfg *Config, members int) timers {
 	t := timers{probe: cfg.ProbeInterval, suspect: cfg.SuspectAfter, down: cfg.DownAfter, members: members,
-		batch: min(maxBatch, max(minBatch, time.Duration(members)*time.Millisecond))}
+		batch: min(maxBatch, max(minBatch, time.Duration(members)*time.Millisecond)),
+		lsMin: max(cfg.LinkState.MinInterval, time.Duration(members)*lsMinPerMember)}
 	if cfg.MaxProbeRate <= 0 {
 		return t
 	}

@@ -23,7 +23,8 @@ func TestScaledTimers(t *testing.T) {
 	} {
 		cfg.MaxProbeRate = c.rate
 		got := scaledTimers(&cfg, c.members)
-		want := timers{probe: c.probe, suspect: c.suspect, down: c.down, batch: c.batch, members: c.members}
+		want := timers{probe: c.probe, suspect: c.suspect, down: c.down, batch: c.batch, members: c.members,
+			lsMin: max(100*ms, time.Duration(c.members)*10*ms)}
 		if got != want {
 			t.Errorf("%d members at %d/s: %+v, want %+v", c.members, c.rate, got, want)
 		}

@@ -57,6 +57,9 @@ func NewOriginator(cfg OriginatorConfig, self wire.SiteID, incarnation uint64) *
 	return &Originator{cfg: cfg, self: self, incarnation: incarnation, last: map[wire.SiteID]Link{}}
 }
 
+// SetMinInterval changes the shortest time between two messages.
+func (o *Originator) SetMinInterval(d time.Duration) { o.cfg.MinInterval = d }
+
 // Due reports whether a message should be sent now for the given current
 // links: the refresh interval has passed, or a link changed significantly
 // and MinInterval has passed.
