@@ -212,10 +212,19 @@ func (a *Agent) closeAll() {
 	}
 }
 
-// onControl is called by the data path for every control datagram.
-func (a *Agent) onControl(from netip.AddrPort, pkt []byte) {
+// onControl is called by the data path for every control datagram. Its
+// time is the kernel's receive time when the socket gives it (mapped onto
+// the agent's clock by how long ago it was), so that probe timestamps do
+// not include the time a busy gateway took to read the datagram.
+func (a *Agent) onControl(from netip.AddrPort, pkt []byte, rx time.Time) {
+	at := a.clock.Now()
+	if !rx.IsZero() {
+		if lag := time.Since(rx); lag > 0 && lag < time.Second {
+			at = at.Add(-lag)
+		}
+	}
 	select {
-	case a.ctlIn <- ctlPacket{from: from, data: append([]byte(nil), pkt...), at: a.clock.Now()}:
+	case a.ctlIn <- ctlPacket{from: from, data: append([]byte(nil), pkt...), at: at}:
 	default:
 		// The control loop is behind; probes are periodic, so losing one
 		// only costs a sample.

@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/edge"
@@ -37,8 +38,10 @@ type Routes interface {
 }
 
 // ControlHandler receives control datagrams. pkt is only valid during the
-// call; the handler must copy what it keeps.
-type ControlHandler func(from netip.AddrPort, pkt []byte)
+// call; the handler must copy what it keeps. at is when the kernel
+// received the datagram (wall clock), or zero when the socket does not
+// say.
+type ControlHandler func(from netip.AddrPort, pkt []byte, at time.Time)
 
 // Port is the attachment of one virtual network to this site.
 type Port struct {

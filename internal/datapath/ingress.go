@@ -63,7 +63,7 @@ func (in *ingress) handle(m *transport.Message) {
 	if typ != wire.TypeData {
 		e.stats.ControlIn.Add(1)
 		if e.control != nil {
-			e.control(m.Addr, pkt)
+			e.control(m.Addr, pkt, m.At)
 		}
 		return
 	}

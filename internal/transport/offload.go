@@ -3,6 +3,7 @@ package transport
 import (
 	"encoding/binary"
 	"net/netip"
+	"time"
 )
 
 // UDP segmentation offload (GSO) and receive coalescing (GRO) without the
@@ -24,14 +25,21 @@ const (
 	// gsoCmsgLen is the space of one UDP_SEGMENT control message (a
 	// uint16 segment size).
 	gsoCmsgLen = cmsgHdrLen + 8
+	// rxCmsgLen is the space for the control messages of a receive: the
+	// UDP_GRO message and the SO_TIMESTAMPNS one (a timespec).
+	rxCmsgLen = groCmsgLen + cmsgHdrLen + 16
 	// groCmsgLen is the space of the UDP_GRO control message (an int);
 	// the receive buffer has room for a second message in case the kernel
 	// adds one.
 	groCmsgLen = 2 * (cmsgHdrLen + 8)
 	// solUDP and the option numbers, as in <netinet/udp.h>.
-	solUDP     = 17
-	udpSegment = 103
-	udpGRO     = 104
+	solUDP = 17
+	// solSocket and scmTimestampNS are SOL_SOCKET and SCM_TIMESTAMPNS
+	// (the same value as SO_TIMESTAMPNS).
+	solSocket      = 1
+	scmTimestampNS = 35
+	udpSegment     = 103
+	udpGRO         = 104
 )
 
 // gsoGroup returns how many messages, starting at msgs[0], can leave in one
@@ -76,27 +84,48 @@ func putGSOCmsg(b []byte, size int) int {
 // control messages ctl a receive returned, or 0 when there is none (the
 // datagram is a single one). Malformed control data yields 0.
 func groSize(ctl []byte) int {
+	size := 0
+	walkCmsgs(ctl, func(level, typ uint32, data []byte) {
+		if level == solUDP && typ == udpGRO && len(data) >= 4 {
+			size = max(0, int(int32(binary.NativeEndian.Uint32(data))))
+		}
+	})
+	return size
+}
+
+// rxTime returns the kernel's receive time of a datagram from its control
+// messages (SO_TIMESTAMPNS: a struct timespec of two 64-bit fields), or
+// the zero time when there is none.
+func rxTime(ctl []byte) time.Time {
+	var at time.Time
+	walkCmsgs(ctl, func(level, typ uint32, data []byte) {
+		if level == solSocket && typ == scmTimestampNS && len(data) >= 16 {
+			sec := int64(binary.NativeEndian.Uint64(data[0:8]))
+			nsec := int64(binary.NativeEndian.Uint64(data[8:16]))
+			if sec > 0 && nsec >= 0 && nsec < 1e9 {
+				at = time.Unix(sec, nsec)
+			}
+		}
+	})
+	return at
+}
+
+// walkCmsgs calls fn for every well-formed control message in ctl (struct
+// cmsghdr on 64-bit Linux: a 64-bit length, level and type, then the
+// data, padded to 8 bytes). It stops at the first malformed one.
+func walkCmsgs(ctl []byte, fn func(level, typ uint32, data []byte)) {
 	for len(ctl) >= cmsgHdrLen {
 		l := binary.NativeEndian.Uint64(ctl[0:8])
 		if l < cmsgHdrLen || l > uint64(len(ctl)) {
-			return 0
+			return
 		}
-		level := binary.NativeEndian.Uint32(ctl[8:12])
-		typ := binary.NativeEndian.Uint32(ctl[12:16])
-		if level == solUDP && typ == udpGRO && l >= cmsgHdrLen+4 {
-			s := int32(binary.NativeEndian.Uint32(ctl[16:20]))
-			if s <= 0 {
-				return 0
-			}
-			return int(s)
-		}
+		fn(binary.NativeEndian.Uint32(ctl[8:12]), binary.NativeEndian.Uint32(ctl[12:16]), ctl[cmsgHdrLen:l])
 		next := (l + 7) &^ 7
 		if next >= uint64(len(ctl)) {
-			return 0
+			return
 		}
 		ctl = ctl[next:]
 	}
-	return 0
 }
 
 // segments is how many datagrams a coalesced datagram of n bytes with
@@ -121,6 +150,7 @@ type spill struct {
 type spilled struct {
 	off, n int
 	addr   netip.AddrPort
+	at     time.Time
 }
 
 // pending reports whether datagrams wait in the spill.
@@ -130,10 +160,10 @@ func (s *spill) pending() bool { return s.next < len(s.msgs) }
 func (s *spill) reset() { s.data, s.msgs, s.next = s.data[:0], s.msgs[:0], 0 }
 
 // add copies one datagram into the spill.
-func (s *spill) add(b []byte, addr netip.AddrPort) {
+func (s *spill) add(b []byte, addr netip.AddrPort, at time.Time) {
 	off := len(s.data)
 	s.data = append(s.data, b...)
-	s.msgs = append(s.msgs, spilled{off: off, n: len(b), addr: addr})
+	s.msgs = append(s.msgs, spilled{off: off, n: len(b), addr: addr, at: at})
 }
 
 // drain copies waiting datagrams into msgs and returns how many.
@@ -144,7 +174,7 @@ func (s *spill) drain(msgs []Message) int {
 	for n < len(msgs) && s.pending() {
 		d := s.msgs[s.next]
 		msgs[n].N = copy(msgs[n].Buf, s.data[d.off:d.off+d.n])
-		msgs[n].Addr = d.addr
+		msgs[n].Addr, msgs[n].At = d.addr, d.at
 		s.next++
 		n++
 	}
@@ -206,7 +236,7 @@ func spillFrom(msgs []Message, fit, got int, seg []int, room int, sp *spill) {
 	}
 	sp.reset()
 	for j := room; j < k; j++ {
-		sp.add(m.Buf[j*s:min((j+1)*s, m.N)], m.Addr)
+		sp.add(m.Buf[j*s:min((j+1)*s, m.N)], m.Addr, m.At)
 	}
 	for i := fit + 1; i < got; i++ {
 		mi := &msgs[i]
@@ -215,7 +245,7 @@ func spillFrom(msgs []Message, fit, got int, seg []int, room int, sp *spill) {
 			si = mi.N
 		}
 		for j := 0; j < ki; j++ {
-			sp.add(mi.Buf[j*si:min((j+1)*si, mi.N)], mi.Addr)
+			sp.add(mi.Buf[j*si:min((j+1)*si, mi.N)], mi.Addr, mi.At)
 		}
 	}
 	if room > 0 {
@@ -230,7 +260,7 @@ func spillFrom(msgs []Message, fit, got int, seg []int, room int, sp *spill) {
 // datagrams the message holds.
 func placeSegments(msgs []Message, i, pos, k, s int) {
 	src := &msgs[i]
-	n, addr := src.N, src.Addr
+	n, addr, at := src.N, src.Addr, src.At
 	if s <= 0 || s > n {
 		s = n // a plain datagram
 	}
@@ -242,6 +272,6 @@ func placeSegments(msgs []Message, i, pos, k, s int) {
 			continue
 		}
 		d.N = copy(d.Buf, src.Buf[j*s:end])
-		d.Addr = addr
+		d.Addr, d.At = addr, at
 	}
 }

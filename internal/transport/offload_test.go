@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"testing"
+	"time"
 )
 
 var (
@@ -192,12 +193,42 @@ func FuzzSplitCoalesced(f *testing.F) {
 	})
 }
 
+// FuzzGROSize feeds arbitrary control data to the control-message
+// readers: no panic, no negative size, no receive time before 1970.
 func FuzzGROSize(f *testing.F) {
 	f.Add(groCmsg(1400, true))
+	f.Add(append(groCmsg(1400, false), tsCmsg(1700000000, 5)...))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if s := groSize(b); s < 0 {
 			t.Fatalf("negative size %d", s)
 		}
+		if at := rxTime(b); !at.IsZero() && at.Unix() <= 0 {
+			t.Fatalf("receive time %v", at)
+		}
 	})
+}
+
+// tsCmsg builds an SO_TIMESTAMPNS control message.
+func tsCmsg(sec, nsec int64) []byte {
+	b := make([]byte, cmsgHdrLen+16)
+	binary.NativeEndian.PutUint64(b[0:8], cmsgHdrLen+16)
+	binary.NativeEndian.PutUint32(b[8:12], solSocket)
+	binary.NativeEndian.PutUint32(b[12:16], scmTimestampNS)
+	binary.NativeEndian.PutUint64(b[16:24], uint64(sec))
+	binary.NativeEndian.PutUint64(b[24:32], uint64(nsec))
+	return b
+}
+
+func TestRxTime(t *testing.T) {
+	b := append(groCmsg(1400, false), tsCmsg(1700000000, 5)...)
+	if got := rxTime(b); !got.Equal(time.Unix(1700000000, 5)) {
+		t.Fatalf("rxTime = %v", got)
+	}
+	if groSize(b) != 1400 {
+		t.Fatal("GRO size lost next to a timestamp")
+	}
+	if !rxTime(groCmsg(1400, true)).IsZero() || !rxTime(tsCmsg(5, 2e9)).IsZero() {
+		t.Fatal("a time from no timestamp or a bad one")
+	}
 }

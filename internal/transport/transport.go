@@ -5,6 +5,7 @@
 package transport
 
 import (
+	"time"
 	"errors"
 	"net/netip"
 )
@@ -15,6 +16,9 @@ type Message struct {
 	Buf  []byte
 	N    int
 	Addr netip.AddrPort
+	// At is when the kernel received the datagram (wall clock), set by
+	// ReadBatch when the socket reports it; zero otherwise.
+	At time.Time
 }
 
 // Conn is a batched datagram socket. One goroutine may read while another

@@ -26,7 +26,7 @@ type batch struct {
 	hdrs  [MaxBatch]mmsghdr
 	iovs  [MaxBatch]unix.Iovec
 	names [MaxBatch]unix.RawSockaddrInet6
-	ctl   [MaxBatch][groCmsgLen]byte
+	ctl   [MaxBatch][rxCmsgLen]byte
 	// group[i] is how many messages header i carries (writes).
 	group [MaxBatch]int
 	seg   [MaxBatch]int // segment size of read i, 0 if not coalesced
@@ -75,6 +75,11 @@ func ListenUDP(addr netip.AddrPort) (*UDP, error) {
 	u := &UDP{conn: c, raw: raw, local: c.LocalAddr().(*net.UDPAddr).AddrPort()}
 	u.setBuffers(4 << 20)
 	u.gso, u.groOK = u.offloads()
+	u.raw.Control(func(fd uintptr) {
+		// Receive times from the kernel: probe timestamps then do not
+		// include the time a busy gateway takes to get to the datagram.
+		unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+	})
 	for i := range u.rd.hdrs {
 		u.rd.hdrs[i].hdr.Iov = &u.rd.iovs[i]
 		u.rd.hdrs[i].hdr.Iovlen = 1
@@ -165,13 +170,8 @@ func (u *UDP) ReadBatch(msgs []Message) (int, error) {
 		h := &u.rd.hdrs[i].hdr
 		h.Namelen = unix.SizeofSockaddrInet6
 		h.Flags = 0
-		if u.gro {
-			h.Control = &u.rd.ctl[i][0]
-			h.SetControllen(groCmsgLen)
-		} else {
-			h.Control = nil
-			h.SetControllen(0)
-		}
+		h.Control = &u.rd.ctl[i][0]
+		h.SetControllen(rxCmsgLen)
 	}
 	u.rd.n = n
 	if err := u.raw.Read(u.readFn); err != nil {
@@ -185,8 +185,10 @@ func (u *UDP) ReadBatch(msgs []Message) (int, error) {
 		msgs[i].N = int(u.rd.hdrs[i].len)
 		msgs[i].Addr = fromSockaddr(&u.rd.names[i])
 		u.rd.seg[i] = 0
+		ctl := u.rd.ctl[i][:u.rd.hdrs[i].hdr.Controllen]
+		msgs[i].At = rxTime(ctl)
 		if u.gro {
-			u.rd.seg[i] = groSize(u.rd.ctl[i][:u.rd.hdrs[i].hdr.Controllen])
+			u.rd.seg[i] = groSize(ctl)
 			if u.rd.seg[i] > 0 && msgs[i].N > u.rd.seg[i] {
 				u.groReads.Add(1)
 			}

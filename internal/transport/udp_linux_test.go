@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 )
 
 func loopback(t *testing.T) *UDP {
@@ -31,6 +32,7 @@ func TestUDPBatchRoundTrip(t *testing.T) {
 		in[i].Buf = make([]byte, 2048)
 	}
 	got := 0
+	sent := time.Now()
 	for got < 10 {
 		n, err := b.ReadBatch(in)
 		if err != nil {
@@ -39,6 +41,10 @@ func TestUDPBatchRoundTrip(t *testing.T) {
 		for i := 0; i < n; i++ {
 			if in[i].N != 4 || in[i].Buf[0] != byte(got) || in[i].Addr != a.LocalAddr() {
 				t.Fatalf("datagram %d: n=%d first=%d from %v", got, in[i].N, in[i].Buf[0], in[i].Addr)
+			}
+			// The kernel's receive time lies between the send and now.
+			if at := in[i].At; at.Before(sent.Add(-time.Second)) || at.After(time.Now()) {
+				t.Fatalf("datagram %d: receive time %v, sent at %v", got, at, sent)
 			}
 			got++
 		}
