@@ -10,12 +10,13 @@ import (
 
 // OffloadTAP is a TAP device opened with segmentation offloads, presented
 // as an ordinary Device: reads give MTU-sized Ethernet frames (the kernel's
-// TCP super-frames of up to 64 KB split by package offload, with complete
-// checksums), and writes of consecutive segments of one TCP flow are
-// coalesced into one super-frame, which the kernel takes in one system
-// call. Frames written are held until Flush, which the data path calls at
-// the end of every batch it delivers, so no frame waits for another
-// batch.
+// TCP super-frames of up to 64 KB, and UDP ones where the kernel has USO,
+// split by package offload, with complete checksums), and writes of
+// consecutive segments of one TCP flow, or, with USO (see USO), of
+// consecutive datagrams of one UDP flow, are coalesced into one
+// super-frame, which the kernel takes in one system call. Frames written
+// are held until Flush, which the data path calls at the end of every
+// batch it delivers, so no frame waits for another batch.
 type OffloadTAP struct {
 	tap *TAP
 
@@ -40,14 +41,20 @@ const superFrames = 4
 const superFrameSize = offload.HdrLen + 65535 + 18
 
 // OpenOffloadTAP opens a TAP device with checksum and TCP segmentation
-// offloads (see OpenTAP for the other arguments).
+// offloads, and UDP segmentation offload where the kernel has it (Linux
+// 6.2 and later); see OpenTAP for the other arguments. Written UDP
+// datagrams are coalesced only when the kernel accepted USO.
 func OpenOffloadTAP(name string, mtu int, bridge string) (*OffloadTAP, error) {
 	t, err := OpenTAPWith(name, mtu, bridge, TAPOptions{VnetHdr: true})
 	if err != nil {
 		return nil, err
 	}
+	co := offload.NewCoalescer(make([]byte, superFrameSize))
+	if t.USO() {
+		co.EnableUDP()
+	}
 	o := &OffloadTAP{tap: t, rawSize: make([]int, superFrames),
-		co: offload.NewCoalescer(make([]byte, superFrameSize)), plain: make([]byte, superFrameSize)}
+		co: co, plain: make([]byte, superFrameSize)}
 	for i := 0; i < superFrames; i++ {
 		o.raw = append(o.raw, make([]byte, superFrameSize))
 	}
@@ -56,8 +63,9 @@ func OpenOffloadTAP(name string, mtu int, bridge string) (*OffloadTAP, error) {
 
 // ReadBatch implements Device. It splits super-frames into bufs, each of
 // which must hold an MTU-sized frame; a super-frame that does not fit in
-// what is left of bufs waits for the next call, so callers should offer
-// at least 64 buffers.
+// what is left of bufs waits for the next call, and one that does not fit
+// in all of them is dropped, so callers should offer at least 128 buffers
+// (a UDP super-frame carries up to 128 datagrams on recent kernels).
 func (o *OffloadTAP) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	if o.rawNext == o.rawN {
 		n, err := o.tap.ReadBatch(o.raw, o.rawSize)
@@ -93,7 +101,8 @@ func (o *OffloadTAP) Read(b []byte) (int, error) {
 }
 
 // Write implements Device: the frame joins the pending super-frame when it
-// continues its TCP flow, and is otherwise written after it.
+// continues its TCP (or, with USO, UDP) flow, and is otherwise written
+// after it.
 func (o *OffloadTAP) Write(frame []byte) (int, error) {
 	o.wmu.Lock()
 	defer o.wmu.Unlock()
@@ -131,6 +140,10 @@ func (o *OffloadTAP) flushLocked() error {
 	_, err := o.tap.Write(o.co.Flush())
 	return err
 }
+
+// USO reports whether the kernel accepted UDP segmentation offload on the
+// device, so that UDP super-frames are read and written.
+func (o *OffloadTAP) USO() bool { return o.tap.USO() }
 
 // Name implements Device.
 func (o *OffloadTAP) Name() string { return o.tap.Name() }

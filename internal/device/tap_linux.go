@@ -26,16 +26,19 @@ type TAP struct {
 	}
 	readFn func(fd uintptr) bool
 	vnet   bool
+	uso    bool
 }
 
 // TAPOptions are the optional features of OpenTAPWith.
 type TAPOptions struct {
 	// VnetHdr opens the device with IFF_VNET_HDR and turns on checksum
-	// and TCP segmentation offloads (TUNSETOFFLOAD: CSUM, TSO4, TSO6):
-	// every frame read or written is then preceded by a 10-byte
-	// virtio_net_hdr, and reads may return TCP super-frames of up to
-	// 64 KB with partial checksums. Package offload splits and builds
-	// them; read buffers must hold offload.HdrLen+65535+18 bytes.
+	// and TCP segmentation offloads (TUNSETOFFLOAD: CSUM, TSO4, TSO6)
+	// and, where the kernel has it (Linux 6.2 and later), UDP
+	// segmentation offload (USO4, USO6; TAP.USO reports it): every frame
+	// read or written is then preceded by a 10-byte virtio_net_hdr, and
+	// reads may return TCP or UDP super-frames of up to 64 KB with
+	// partial checksums. Package offload splits and builds them; read
+	// buffers must hold offload.HdrLen+65535+18 bytes.
 	VnetHdr bool
 }
 
@@ -44,6 +47,8 @@ const (
 	tunFCsum = 0x01
 	tunFTSO4 = 0x02
 	tunFTSO6 = 0x04
+	tunFUSO4 = 0x20 // Linux 6.2 and later; only together with tunFUSO6
+	tunFUSO6 = 0x40
 )
 
 // OpenTAP creates (or attaches to) the TAP device name, sets its MTU,
@@ -72,8 +77,9 @@ func OpenTAPWith(name string, mtu int, bridge string, o TAPOptions) (*TAP, error
 		unix.Close(fd)
 		return nil, fmt.Errorf("device: create TAP %s: %w", name, err)
 	}
+	var uso bool
 	if o.VnetHdr {
-		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tunFCsum|tunFTSO4|tunFTSO6); err != nil {
+		if uso, err = setOffloads(fd); err != nil {
 			unix.Close(fd)
 			return nil, fmt.Errorf("device: offloads on TAP %s: %w", name, err)
 		}
@@ -82,7 +88,7 @@ func OpenTAPWith(name string, mtu int, bridge string, o TAPOptions) (*TAP, error
 		unix.Close(fd)
 		return nil, fmt.Errorf("device: %s: %w", name, err)
 	}
-	t := &TAP{f: os.NewFile(uintptr(fd), "/dev/net/tun"), name: ifr.Name(), mtu: mtu, vnet: o.VnetHdr}
+	t := &TAP{f: os.NewFile(uintptr(fd), "/dev/net/tun"), name: ifr.Name(), mtu: mtu, vnet: o.VnetHdr, uso: uso}
 	if t.raw, err = t.f.SyscallConn(); err != nil {
 		t.Close()
 		return nil, err
@@ -93,6 +99,23 @@ func OpenTAPWith(name string, mtu int, bridge string, o TAPOptions) (*TAP, error
 		return nil, err
 	}
 	return t, nil
+}
+
+// setOffloads turns on checksum offload and TCP and UDP segmentation
+// offloads on the TAP device fd, or, where the kernel does not know UDP
+// segmentation offload (before Linux 6.2 it rejects the flags with
+// EINVAL), checksum and TCP segmentation offloads only. It reports
+// whether UDP segmentation offload is on.
+func setOffloads(fd int) (uso bool, err error) {
+	const tcp = tunFCsum | tunFTSO4 | tunFTSO6
+	err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tcp|tunFUSO4|tunFUSO6)
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, unix.EINVAL) {
+		return false, err
+	}
+	return false, unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tcp)
 }
 
 func (t *TAP) configure(mtu int, bridge string) error {
@@ -173,6 +196,11 @@ func (t *TAP) Write(frame []byte) (int, error) {
 // VnetHdr reports whether every frame read or written carries a
 // virtio_net_hdr (TAPOptions.VnetHdr).
 func (t *TAP) VnetHdr() bool { return t.vnet }
+
+// USO reports whether the kernel accepted UDP segmentation offload
+// (TAPOptions.VnetHdr on Linux 6.2 and later): reads may then return UDP
+// super-frames (GSO type UDP_L4), and writes may carry them.
+func (t *TAP) USO() bool { return t.uso }
 
 // Name implements Device.
 func (t *TAP) Name() string { return t.name }

@@ -5,6 +5,16 @@
 // one super-frame instead of forty 1500-byte frames divides the per-frame
 // costs (system calls, lookups, header building) on both gateways.
 //
+// The same holds for UDP where the kernel (Linux 6.2 and later) accepts
+// UDP segmentation offload (USO) on the device. A host sending with
+// UDP_SEGMENT then hands over UDP super-frames (GSO type UDP_L4): up to
+// 64 datagrams (128 on recent kernels such as 6.18) of one size, the last
+// possibly shorter, which Split cuts apart. A Coalescer on which EnableUDP
+// was called merges consecutive datagrams of one flow into such
+// super-frames of up to 64 datagrams, which the device takes in one
+// write. A device without USO never hands them over, and its Coalescer
+// must not build them.
+//
 // Everything here is a pure function or a small state machine on the
 // caller's buffers: nothing allocates after setup, nothing does I/O.
 //
@@ -14,8 +24,10 @@
 //
 //	// bufs[i] holds HdrLen + up to 65535+18 bytes from TAP.ReadBatch.
 //	n, err := offload.Split(bufs[i][:sizes[i]], frames, frameSizes)
-//	// frames: at least 64 caller-owned buffers of Headroom+MTU+18+Tailroom,
-//	// each sliced at Headroom so the overlay header can go in front.
+//	// frames: at least 128 caller-owned buffers of Headroom+MTU+18+
+//	// Tailroom, each sliced at Headroom so the overlay header can go in
+//	// front (a UDP super-frame carries up to 128 datagrams on recent
+//	// kernels, 64 on older ones).
 //	// On error count a drop and go on; else forward frames[0:n] exactly
 //	// as frames read without offloads are forwarded today (FDB, route,
 //	// seal, one WriteBatch for the whole lot: with transport's UDP GSO
@@ -31,11 +43,11 @@
 //
 //	if !c.Add(frame) {               // c: one offload.Coalescer per device,
 //		if c.Pending() {             // made once with NewCoalescer(make(
-//			dev.Write(c.Flush())     // []byte, HdrLen+65535+18))
-//		}
+//			dev.Write(c.Flush())     // []byte, HdrLen+65535+18)), then
+//		}                            // c.EnableUDP() if the device has USO
 //		if !c.Add(frame) {
-//			// Not TCP (or not joinable): write it alone behind a plain
-//			// header, using HdrLen bytes of headroom before the frame:
+//			// Not TCP or UDP (or not joinable): write it alone behind a
+//			// plain header, using HdrLen bytes of headroom before the frame:
 //			hdr := pkt[off-offload.HdrLen : off]
 //			offload.PutPlain(hdr)
 //			dev.Write(pkt[off-offload.HdrLen : off+len(frame)])
@@ -53,6 +65,9 @@
 // once. A relay does not coalesce: it forwards datagrams as they are.
 //
 // The receive side trusts the payload it merges (it does not verify each
-// segment's TCP checksum): with encryption the AEAD has authenticated it,
-// and in the clear the underlay's UDP checksum covered it.
+// segment's TCP or UDP checksum): with encryption the AEAD has
+// authenticated it, and in the clear the underlay's UDP checksum covered
+// it. The kernel computes the checksum of every segment it cuts from a
+// super-frame, so a coalesced UDP datagram that was sent without a
+// checksum (0 over IPv4) arrives with one.
 package offload

@@ -5,31 +5,56 @@ import (
 	"encoding/binary"
 )
 
-// Coalescer merges consecutive, in-order TCP segments of one flow into one
-// super-frame with a virtio_net_hdr, so that a TAP device opened with
-// IFF_VNET_HDR and TSO offloads takes them in one write (the receive side
-// of what Split undoes, like the kernel's and wireguard-go's TCP GRO).
+// maxUDPSegments is the most datagrams one UDP super-frame built here
+// carries: the kernel's UDP_MAX_SEGMENTS when USO came (Linux 6.2); later
+// kernels (6.18 among them) accept 128.
+const maxUDPSegments = 64
+
+// Coalescer merges consecutive frames of one flow into one super-frame
+// with a virtio_net_hdr, so that a TAP device opened with IFF_VNET_HDR and
+// segmentation offloads takes them in one write (the receive side of what
+// Split undoes, like the kernel's and wireguard-go's GRO).
 //
-// Segments join when they carry payload, have the same Ethernet header,
-// IP addresses, TOS/traffic class, TTL/hop limit, ports, acknowledgment
-// number and TCP options as the first, only the ACK flag (PSH is allowed
-// on the last one), and start where the previous one ended; all but the
-// last have the first's payload size. One Coalescer holds one flow; it is
-// used by one goroutine and allocates nothing after NewCoalescer.
+// TCP segments join when they carry payload, have the same Ethernet
+// header, IP addresses, TOS/traffic class, TTL/hop limit, ports,
+// acknowledgment number and TCP options as the first, only the ACK flag
+// (PSH is allowed on the last one), and start where the previous one
+// ended; all but the last have the first's payload size.
+//
+// UDP datagrams join only after EnableUDP (the device must have accepted
+// USO). They join when they carry payload and have the same Ethernet
+// header, IP addresses, TOS/traffic class, TTL/hop limit, DF flag and
+// ports as the first, over IPv4 the first's IP ID plus the number of
+// datagrams merged so far, and the first's payload size, except the last,
+// which may be shorter; at most 64 make one super-frame.
+//
+// One Coalescer holds one flow; it is used by one goroutine and allocates
+// nothing after NewCoalescer.
 type Coalescer struct {
 	buf     []byte // HdrLen bytes for the header, then the super-frame
 	n       int    // bytes of buf in use after the header; 0 when empty
-	f       tcpFrame
-	mss     int
-	nextSeq uint32
+	f       l4Frame
+	mss     int // payload bytes of the first segment or datagram
 	segs    int
-	closed  bool // a short or PSH segment ended the super-frame
+	closed  bool // a short (or PSH) segment ended the super-frame
+	udp     bool // UDP datagrams may be coalesced
+	nextSeq uint32
 	psh     bool
+	nextID  uint16 // IPv4 ID the next UDP datagram must carry
 }
 
 // NewCoalescer returns a Coalescer that builds super-frames in buf, which
-// should hold HdrLen plus 65535 plus the Ethernet header bytes.
+// should hold HdrLen plus 65535 plus the Ethernet header bytes. It
+// coalesces TCP only until EnableUDP is called.
 func NewCoalescer(buf []byte) *Coalescer { return &Coalescer{buf: buf} }
+
+// EnableUDP lets the Coalescer merge UDP datagrams into super-frames of
+// GSO type UDP_L4, which only a device with USO (TUN_F_USO4 and
+// TUN_F_USO6, Linux 6.2 and later) accepts. Call it before the first Add.
+func (c *Coalescer) EnableUDP() { c.udp = true }
+
+// UDP reports whether EnableUDP was called.
+func (c *Coalescer) UDP() bool { return c.udp }
 
 // Pending reports whether a super-frame (of one or more segments) waits to
 // be flushed.
@@ -41,8 +66,8 @@ func (c *Coalescer) Pending() bool { return c.n > 0 }
 // pending super-frame and calls Add again, and if that fails too writes
 // the frame on its own. The frame's bytes are copied.
 func (c *Coalescer) Add(frame []byte) bool {
-	var f tcpFrame
-	if !parseTCP(frame, &f) || !joinableFlags(frame[f.l4+13]) || f.ipEnd == f.end {
+	var f l4Frame
+	if !parseL4(frame, &f) || !c.joinable(frame, &f) {
 		return false
 	}
 	if c.n == 0 {
@@ -51,97 +76,168 @@ func (c *Coalescer) Add(frame []byte) bool {
 	return c.append(frame, &f)
 }
 
+// joinable reports whether frame may be part of a super-frame at all: a
+// TCP segment with payload and only ACK (and PSH) set, or, with UDP
+// enabled, a UDP datagram with payload whose UDP length is its IP
+// payload's.
+func (c *Coalescer) joinable(frame []byte, f *l4Frame) bool {
+	if f.ipEnd == f.end {
+		return false
+	}
+	if f.proto == protoTCP {
+		return joinableFlags(frame[f.l4+13])
+	}
+	return c.udp && int(binary.BigEndian.Uint16(frame[f.l4+4:])) == f.ipEnd-f.l4
+}
+
 // joinableFlags accepts ACK with or without PSH.
 func joinableFlags(fl uint8) bool { return fl&^tcpFlagPSH == tcpFlagACK }
 
-// start copies the first segment.
-func (c *Coalescer) start(frame []byte, f *tcpFrame) bool {
+// start copies the first segment or datagram.
+func (c *Coalescer) start(frame []byte, f *l4Frame) bool {
 	if HdrLen+f.ipEnd > len(c.buf) {
 		return false
 	}
 	c.n = copy(c.buf[HdrLen:], frame[:f.ipEnd])
-	c.f, c.mss, c.segs = *f, f.ipEnd-f.end, 1
+	c.f, c.mss, c.segs, c.closed = *f, f.ipEnd-f.end, 1, false
+	if f.proto == protoUDP {
+		if !f.v6 {
+			c.nextID = f.ipv4ID(frame) + 1
+		}
+		return true
+	}
 	c.nextSeq = binary.BigEndian.Uint32(frame[f.l4+4:]) + uint32(c.mss)
 	c.psh = frame[f.l4+13]&tcpFlagPSH != 0
 	c.closed = c.psh
 	return true
 }
 
-// append adds the payload of a segment that continues the super-frame.
-func (c *Coalescer) append(frame []byte, f *tcpFrame) bool {
+// append adds the payload of a segment or datagram that continues the
+// super-frame.
+func (c *Coalescer) append(frame []byte, f *l4Frame) bool {
 	size := f.ipEnd - f.end
-	if c.closed || size > c.mss || f.l4 != c.f.l4 || f.end != c.f.end || f.v6 != c.f.v6 {
+	if c.closed || size > c.mss || f.proto != c.f.proto || f.l4 != c.f.l4 || f.end != c.f.end || f.v6 != c.f.v6 {
 		return false
 	}
 	if c.n+size-c.f.l3 > maxIPLength || HdrLen+c.n+size > len(c.buf) {
 		return false
 	}
 	head := c.buf[HdrLen : HdrLen+c.f.end]
-	if binary.BigEndian.Uint32(frame[f.l4+4:]) != c.nextSeq || !sameFlow(head, frame, f) {
+	if !sameIP(head, frame, f) || !bytes.Equal(head[f.l4:f.l4+4], frame[f.l4:f.l4+4]) { // and ports
+		return false
+	}
+	if f.proto == protoUDP {
+		if !c.continuesUDP(frame, f) {
+			return false
+		}
+	} else if !c.continuesTCP(head, frame, f) {
 		return false
 	}
 	c.n += copy(c.buf[HdrLen+c.n:], frame[f.end:f.ipEnd])
-	c.nextSeq += uint32(size)
 	c.segs++
-	copy(head[f.l4+14:f.l4+16], frame[f.l4+14:f.l4+16]) // the newest window
-	if frame[f.l4+13]&tcpFlagPSH != 0 {
-		c.psh, c.closed = true, true
-	}
 	if size < c.mss {
 		c.closed = true
 	}
 	return true
 }
 
-// sameFlow compares everything but lengths, IDs, checksums, sequence
-// numbers, flags and windows of two segments' headers.
-func sameFlow(head, frame []byte, f *tcpFrame) bool {
+// continuesTCP checks the TCP fields of a segment of the pending flow and,
+// if it continues the super-frame, takes its window and PSH flag.
+func (c *Coalescer) continuesTCP(head, frame []byte, f *l4Frame) bool {
+	tcp, ntcp := head[f.l4:f.end], frame[f.l4:f.end]
+	if binary.BigEndian.Uint32(ntcp[4:]) != c.nextSeq ||
+		!bytes.Equal(tcp[8:12], ntcp[8:12]) || // acknowledgment
+		!bytes.Equal(tcp[20:], ntcp[20:]) { // options
+		return false
+	}
+	c.nextSeq += uint32(f.ipEnd - f.end)
+	copy(tcp[14:16], ntcp[14:16]) // the newest window
+	if ntcp[13]&tcpFlagPSH != 0 {
+		c.psh, c.closed = true, true
+	}
+	return true
+}
+
+// continuesUDP checks the segment limit and, over IPv4, the IP ID of a
+// datagram of the pending flow, and counts it.
+func (c *Coalescer) continuesUDP(frame []byte, f *l4Frame) bool {
+	if c.segs >= maxUDPSegments {
+		return false
+	}
+	if !f.v6 {
+		if f.ipv4ID(frame) != c.nextID {
+			return false
+		}
+		c.nextID++
+	}
+	return true
+}
+
+// sameIP compares the Ethernet (and VLAN) and IP headers of two frames of
+// the same layout, leaving out lengths, IPv4 IDs and checksums.
+func sameIP(head, frame []byte, f *l4Frame) bool {
 	if !bytes.Equal(head[:f.l3], frame[:f.l3]) { // Ethernet and VLAN
 		return false
 	}
 	ip, nip := head[f.l3:f.l4], frame[f.l3:f.l4]
 	if f.v6 {
-		if !bytes.Equal(ip[:4], nip[:4]) || !bytes.Equal(ip[6:], nip[6:]) {
-			return false
-		}
-	} else if ip[1] != nip[1] || ip[6]&0xe0 != nip[6]&0xe0 || !bytes.Equal(ip[8:10], nip[8:10]) || !bytes.Equal(ip[12:20], nip[12:20]) {
-		return false
+		return bytes.Equal(ip[:4], nip[:4]) && bytes.Equal(ip[6:], nip[6:])
 	}
-	tcp, ntcp := head[f.l4:f.end], frame[f.l4:f.end]
-	return bytes.Equal(tcp[0:4], ntcp[0:4]) && // ports
-		bytes.Equal(tcp[8:12], ntcp[8:12]) && // acknowledgment
-		bytes.Equal(tcp[20:], ntcp[20:]) // options
+	return ip[1] == nip[1] && ip[6]&0xe0 == nip[6]&0xe0 && // TOS, flags
+		bytes.Equal(ip[8:10], nip[8:10]) && bytes.Equal(ip[12:20], nip[12:20]) // TTL, protocol, addresses
 }
 
 // Flush finishes the pending super-frame and returns the bytes to write to
-// the TAP device: a virtio_net_hdr and the frame. A lone segment goes out
-// unchanged with a plain header; several get the IP length of the whole,
-// the last segment's PSH, and a partial TCP checksum that the header asks
-// the kernel to complete (GSO type TCPv4 or TCPv6, GSOSize the first
-// segment's payload). The result aliases the buffer and is valid until the
-// next Add. Flush empties the Coalescer.
+// the TAP device: a virtio_net_hdr and the frame. A lone segment or
+// datagram goes out unchanged with a plain header. Several get the IP
+// length of the whole and a partial L4 checksum (the folded pseudo-header
+// sum) that the header asks the kernel to complete: TCP segments the last
+// one's PSH and GSO type TCPv4 or TCPv6, UDP datagrams the UDP length of
+// the whole and GSO type UDP_L4; GSOSize is the first's payload. The
+// result aliases the buffer and is valid until the next Add. Flush
+// empties the Coalescer.
 func (c *Coalescer) Flush() []byte {
 	out := c.buf[:HdrLen+c.n]
-	frame := out[HdrLen:]
-	f := &c.f
-	if c.segs == 1 {
+	switch {
+	case c.segs == 1:
 		PutPlain(out)
-	} else {
-		tcpLen := c.n - f.l4
-		f.setIPLength(frame, tcpLen)
-		tcp := frame[f.l4:]
-		if c.psh {
-			tcp[13] |= tcpFlagPSH
-		}
-		src, dst := f.addrs(frame)
-		binary.BigEndian.PutUint16(tcp[tcpCsumOff:], fold(pseudoSum(src, dst, protoTCP, tcpLen)))
-		gso := uint8(GSOTCPv4)
-		if f.v6 {
-			gso = GSOTCPv6
-		}
-		Hdr{Flags: FlagNeedsCsum, GSOType: gso, HdrLen: uint16(f.end), GSOSize: uint16(c.mss),
-			CsumStart: uint16(f.l4), CsumOffset: tcpCsumOff}.Put(out)
+	case c.f.proto == protoUDP:
+		c.finishUDP(out)
+	default:
+		c.finishTCP(out)
 	}
 	c.n, c.segs, c.closed, c.psh = 0, 0, false, false
 	return out
+}
+
+// finishTCP writes the headers of a TCP super-frame of several segments.
+func (c *Coalescer) finishTCP(out []byte) {
+	frame, f := out[HdrLen:], &c.f
+	tcpLen := c.n - f.l4
+	f.setIPLength(frame, tcpLen)
+	tcp := frame[f.l4:]
+	if c.psh {
+		tcp[13] |= tcpFlagPSH
+	}
+	src, dst := f.addrs(frame)
+	binary.BigEndian.PutUint16(tcp[tcpCsumOff:], fold(pseudoSum(src, dst, protoTCP, tcpLen)))
+	gso := uint8(GSOTCPv4)
+	if f.v6 {
+		gso = GSOTCPv6
+	}
+	Hdr{Flags: FlagNeedsCsum, GSOType: gso, HdrLen: uint16(f.end), GSOSize: uint16(c.mss),
+		CsumStart: uint16(f.l4), CsumOffset: tcpCsumOff}.Put(out)
+}
+
+// finishUDP writes the headers of a UDP super-frame of several datagrams.
+func (c *Coalescer) finishUDP(out []byte) {
+	frame, f := out[HdrLen:], &c.f
+	l4Len := c.n - f.l4
+	f.setIPLength(frame, l4Len)
+	udp := frame[f.l4:]
+	binary.BigEndian.PutUint16(udp[4:], uint16(l4Len))
+	src, dst := f.addrs(frame)
+	binary.BigEndian.PutUint16(udp[udpCsumOff:], fold(pseudoSum(src, dst, protoUDP, l4Len)))
+	Hdr{Flags: FlagNeedsCsum, GSOType: GSOUDPL4, HdrLen: uint16(f.end), GSOSize: uint16(c.mss),
+		CsumStart: uint16(f.l4), CsumOffset: udpCsumOff}.Put(out)
 }

@@ -54,7 +54,7 @@ func build(fl flow) []byte {
 	binary.BigEndian.PutUint16(tcp[14:], fl.window)
 	tcp = append(append(tcp, fl.options...), fl.payload...)
 	b = append(b, tcp...)
-	var f tcpFrame
+	var f l4Frame
 	f.l3, f.l4, f.v6 = l3, l4, fl.v6
 	src, dst := f.addrs(b)
 	binary.BigEndian.PutUint16(b[l4+16:], ^fold(sum(pseudoSum(src, dst, 6, tcpLen), b[l4:])))
@@ -73,7 +73,7 @@ func payload(n int) []byte {
 // and returns its sequence number, flags and payload.
 func checkFrame(t *testing.T, frame []byte) (uint32, uint8, []byte) {
 	t.Helper()
-	var f tcpFrame
+	var f l4Frame
 	if !parseTCP(frame, &f) {
 		t.Fatalf("not a valid TCP frame: % x", frame[:min(len(frame), 64)])
 	}
@@ -91,7 +91,7 @@ func checkFrame(t *testing.T, frame []byte) (uint32, uint8, []byte) {
 // virtio_net_hdr and one large segment with a partial checksum.
 func superFrame(fl flow, mss int) []byte {
 	frame := build(fl)
-	var f tcpFrame
+	var f l4Frame
 	parseTCP(frame, &f)
 	src, dst := f.addrs(frame)
 	binary.BigEndian.PutUint16(frame[f.l4+16:], fold(pseudoSum(src, dst, 6, f.ipEnd-f.l4)))
@@ -271,8 +271,10 @@ func TestCoalesceRefuses(t *testing.T) {
 		{"other options", next(func(f *flow) { f.options = []byte{1, 1, 1, 1} })},
 		{"other family", next(func(f *flow) { f.v6 = true })},
 		{"not TCP", arp},
+		{"UDP", buildUDP(dgram{payload: payload(1000)})},
 	} {
 		co := NewCoalescer(make([]byte, HdrLen+65535+18))
+		co.EnableUDP()
 		if !co.Add(build(base)) {
 			t.Fatal("first segment not taken")
 		}
@@ -297,15 +299,26 @@ func TestCoalesceClosesAfterShortOrPSH(t *testing.T) {
 	}
 }
 
+// FuzzSplitCoalesce splits a TCP or UDP super-frame of n payload bytes
+// cut at mss, coalesces the pieces again and checks that the result is
+// the super-frame it started from (and, for UDP, that splitting that
+// gives the same pieces).
 func FuzzSplitCoalesce(f *testing.F) {
-	f.Add(uint16(5000), uint16(1448), false, uint8(tcpFlagACK))
-	f.Add(uint16(1), uint16(1), true, uint8(tcpFlagACK|tcpFlagPSH))
-	f.Fuzz(func(t *testing.T, n, mss uint16, v6 bool, flags uint8) {
+	f.Add(uint16(5000), uint16(1448), false, uint8(tcpFlagACK), false)
+	f.Add(uint16(1), uint16(1), true, uint8(tcpFlagACK|tcpFlagPSH), false)
+	f.Add(uint16(5000), uint16(1400), false, uint8(0), true)
+	f.Add(uint16(6400), uint16(100), true, uint8(0), true)
+	f.Fuzz(func(t *testing.T, n, mss uint16, v6 bool, flags uint8, udp bool) {
 		if n == 0 || mss < 8 || int(n)/int(mss) >= 64 || int(n)+100 > 65000 {
+			return
+		}
+		if udp {
+			roundTripUDP(t, dgram{v6: v6, id: n * 7919, tos: flags, payload: payload(int(n))}, int(mss))
 			return
 		}
 		fl := flow{v6: v6, seq: uint32(n) * 7919, flags: flags&^(tcpFlagSYN|tcpFlagRST|tcpFlagURG|tcpFlagECE|tcpFlagFIN|tcpFlagCWR) | tcpFlagACK, payload: payload(int(n))}
 		c := NewCoalescer(make([]byte, HdrLen+65535+18))
+		c.EnableUDP() // must not change what happens to TCP
 		for i, fr := range segmentsOf(t, fl, int(mss)) {
 			checkFrame(t, fr)
 			if !c.Add(fr) {
@@ -318,13 +331,44 @@ func FuzzSplitCoalesce(f *testing.F) {
 	})
 }
 
+// roundTripUDP splits a UDP super-frame of d cut at size, coalesces the
+// datagrams and checks both directions.
+func roundTripUDP(t *testing.T, d dgram, size int) {
+	t.Helper()
+	pieces := frames(t, udpSuperFrame(d, size))
+	c := NewCoalescer(make([]byte, HdrLen+65535+18))
+	c.EnableUDP()
+	for i, fr := range pieces {
+		checkDatagram(t, fr)
+		if !c.Add(fr) {
+			t.Fatalf("datagram %d not taken", i)
+		}
+	}
+	out := c.Flush()
+	if _, frame := resolve(t, out); !bytes.Equal(frame, buildUDP(d)) {
+		t.Fatal("round trip differs")
+	}
+	again := frames(t, out)
+	if len(again) != len(pieces) {
+		t.Fatalf("%d datagrams, then %d", len(pieces), len(again))
+	}
+	for i := range pieces {
+		if !bytes.Equal(again[i], pieces[i]) {
+			t.Fatalf("datagram %d differs when split again", i)
+		}
+	}
+}
+
 func FuzzParseAndSplit(f *testing.F) {
 	f.Add(superFrame(flow{flags: tcpFlagACK, payload: payload(3000)}, 1000))
 	f.Add(superFrame(flow{v6: true, vlan: true, flags: tcpFlagACK, payload: payload(100)}, 60))
+	f.Add(udpSuperFrame(dgram{id: 3, payload: payload(3000)}, 1000))
+	f.Add(udpSuperFrame(dgram{v6: true, vlan: true, payload: payload(100)}, 60))
 	f.Fuzz(func(t *testing.T, pkt []byte) {
 		outs, sizes := outBufs(64, 2100)
 		Split(append([]byte(nil), pkt...), outs, sizes)
 		c := NewCoalescer(make([]byte, 3000))
+		c.EnableUDP()
 		if len(pkt) > HdrLen && c.Add(pkt[HdrLen:]) {
 			c.Flush()
 		}

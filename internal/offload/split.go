@@ -20,9 +20,13 @@ var (
 // A TCP super-frame (GSO type TCPv4 or TCPv6) becomes one frame per
 // GSOSize bytes of payload, each with its own IP length (and IPv4 ID and
 // header checksum), TCP sequence number and checksum; FIN and PSH stay on
-// the last segment only, CWR on the first. A frame without GSO is copied,
-// its partial checksum completed if the header asks for it. pkt may be
-// modified. Split allocates nothing.
+// the last segment only, CWR on the first. A UDP super-frame (GSO type
+// UDP_L4, from a sender using UDP_SEGMENT) becomes one datagram per
+// GSOSize bytes of payload, each with its own IP length (and IPv4 ID, the
+// first's plus its index, and header checksum), UDP length and complete
+// UDP checksum. A frame without GSO is copied, its partial checksum
+// completed if the header asks for it. pkt may be modified. Split
+// allocates nothing.
 func Split(pkt []byte, outs [][]byte, sizes []int) (int, error) {
 	h, err := ParseHdr(pkt)
 	if err != nil {
@@ -34,6 +38,8 @@ func Split(pkt []byte, outs [][]byte, sizes []int) (int, error) {
 		return splitNone(frame, h, outs, sizes)
 	case GSOTCPv4, GSOTCPv6:
 		return splitTCP(frame, h, outs, sizes)
+	case GSOUDPL4:
+		return splitUDP(frame, h, outs, sizes)
 	}
 	return 0, ErrUnsupported
 }
@@ -54,18 +60,32 @@ func splitNone(frame []byte, h Hdr, outs [][]byte, sizes []int) (int, error) {
 
 // completeChecksum finishes a checksum the sender left partial: the field
 // at start+off holds the pseudo-header sum; the checksum covers
-// frame[start:].
+// frame[start:]. At a UDP checksum's offset a result of 0, which would
+// mean "no checksum" (and is invalid over IPv6), is written as 0xffff.
 func completeChecksum(frame []byte, start, off int) error {
 	if start > len(frame) || off < 0 || start+off+2 > len(frame) {
 		return ErrBadOffsets
 	}
-	binary.BigEndian.PutUint16(frame[start+off:], ^fold(sum(0, frame[start:])))
+	c := ^fold(sum(0, frame[start:]))
+	if off == udpCsumOff {
+		c = udpChecksum(c)
+	}
+	binary.BigEndian.PutUint16(frame[start+off:], c)
 	return nil
+}
+
+// udpChecksum returns the UDP checksum field for the complemented sum c:
+// c itself, or 0xffff when c is 0 (RFC 768; RFC 8200 for IPv6).
+func udpChecksum(c uint16) uint16 {
+	if c == 0 {
+		return 0xffff
+	}
+	return c
 }
 
 // splitTCP cuts a TCP super-frame into segments of h.GSOSize payload bytes.
 func splitTCP(frame []byte, h Hdr, outs [][]byte, sizes []int) (int, error) {
-	var f tcpFrame
+	var f l4Frame
 	// The kernel gives a super-frame valid IP lengths (up to 64 KB).
 	if !parseTCP(frame, &f) || h.GSOSize == 0 || f.v6 != (h.GSOType&^GSOECN == GSOTCPv6) {
 		return 0, ErrUnsupported
@@ -101,11 +121,10 @@ func splitTCP(frame []byte, h Hdr, outs [][]byte, sizes []int) (int, error) {
 // segment fixes the headers of one segment out (headers and payload) cut
 // from a super-frame: IP length, IPv4 ID and header checksum, TCP sequence
 // number, flags and checksum.
-func segment(out []byte, f *tcpFrame, seq uint32, flags uint8, i uint16) {
+func segment(out []byte, f *l4Frame, seq uint32, flags uint8, i uint16) {
 	tcpLen := len(out) - f.l4
 	if !f.v6 {
-		id := binary.BigEndian.Uint16(out[f.l3+4:])
-		binary.BigEndian.PutUint16(out[f.l3+4:], id+i)
+		f.setIPv4ID(out, f.ipv4ID(out)+i)
 	}
 	f.setIPLength(out, tcpLen)
 	tcp := out[f.l4:]
@@ -114,4 +133,47 @@ func segment(out []byte, f *tcpFrame, seq uint32, flags uint8, i uint16) {
 	tcp[tcpCsumOff], tcp[tcpCsumOff+1] = 0, 0
 	src, dst := f.addrs(out)
 	binary.BigEndian.PutUint16(tcp[tcpCsumOff:], ^fold(sum(pseudoSum(src, dst, protoTCP, tcpLen), tcp)))
+}
+
+// splitUDP cuts a UDP super-frame into datagrams of h.GSOSize payload
+// bytes (the last may be shorter).
+func splitUDP(frame []byte, h Hdr, outs [][]byte, sizes []int) (int, error) {
+	var f l4Frame
+	if !parseUDP(frame, &f) || h.GSOSize == 0 {
+		return 0, ErrUnsupported
+	}
+	size, payload := int(h.GSOSize), frame[f.end:f.ipEnd]
+	n := max(1, (len(payload)+size-1)/size)
+	if n > len(outs) || n > len(sizes) {
+		return 0, ErrNoRoom
+	}
+	for i := 0; i < n; i++ {
+		chunk := payload[i*size : min((i+1)*size, len(payload))]
+		out := outs[i]
+		if len(out) < f.end+len(chunk) {
+			return 0, ErrNoRoom
+		}
+		copy(out, frame[:f.end])
+		copy(out[f.end:], chunk)
+		datagram(out[:f.end+len(chunk)], &f, uint16(i))
+		sizes[i] = f.end + len(chunk)
+	}
+	return n, nil
+}
+
+// datagram fixes the headers of the i-th datagram out (headers and
+// payload) cut from a UDP super-frame: IP length, IPv4 ID and header
+// checksum, UDP length and checksum.
+func datagram(out []byte, f *l4Frame, i uint16) {
+	l4Len := len(out) - f.l4
+	if !f.v6 {
+		f.setIPv4ID(out, f.ipv4ID(out)+i)
+	}
+	f.setIPLength(out, l4Len)
+	udp := out[f.l4:]
+	binary.BigEndian.PutUint16(udp[4:], uint16(l4Len))
+	udp[udpCsumOff], udp[udpCsumOff+1] = 0, 0
+	src, dst := f.addrs(out)
+	c := ^fold(sum(pseudoSum(src, dst, protoUDP, l4Len), udp))
+	binary.BigEndian.PutUint16(udp[udpCsumOff:], udpChecksum(c))
 }

@@ -17,8 +17,9 @@ const (
 
 	GSONone  = 0
 	GSOTCPv4 = 1
-	GSOUDP   = 3
+	GSOUDP   = 3 // UDP fragmentation offload (UFO): not supported
 	GSOTCPv6 = 4
+	GSOUDPL4 = 5 // UDP segmentation offload (USO), IPv4 or IPv6
 	GSOECN   = 0x80
 )
 
@@ -27,8 +28,8 @@ const (
 type Hdr struct {
 	Flags      uint8
 	GSOType    uint8
-	HdrLen     uint16 // length of the Ethernet, IP and TCP headers
-	GSOSize    uint16 // payload bytes per segment (the MSS)
+	HdrLen     uint16 // length of the Ethernet, IP and TCP or UDP headers
+	GSOSize    uint16 // payload bytes per segment (the MSS or datagram size)
 	CsumStart  uint16 // where checksumming starts (the L4 header)
 	CsumOffset uint16 // where, after CsumStart, the checksum goes
 }
