@@ -370,9 +370,10 @@ func TestOverlayAzure16(t *testing.T) {
 	o := upOverlay(t, scen, "--overlay", "detour")
 	n := len(o.st.Sites)
 	t.Logf("%s up in %.2f s", scen, o.upDur.Seconds())
-	// Converged: every site has a route to every other, 20 s after up
-	// (the settling period is 3 s); then the route switches of all sites
-	// are counted over 10 s: a converged overlay makes none.
+	// Converged: every site has a route to every other, 20 s and 48 probe
+	// intervals after up (the settling period is 3 s); then the route
+	// switches of all sites are counted over 10 s: a converged overlay
+	// makes none.
 	switches := func() (uint64, bool) {
 		var sw uint64
 		for i := range n {
@@ -385,14 +386,22 @@ func TestOverlayAzure16(t *testing.T) {
 		}
 		return sw, true
 	}
-	deadline := time.Now().Add(90 * time.Second)
+	// The estimates settle once the measurement window (48 probes) has
+	// filled: 5 s at 100 ms, 25 s at 54 sites, where probes are 530 ms
+	// apart on this machine.
+	st, err := o.status(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle := 20*time.Second + 48*time.Duration(st.ProbeIntervalMS*float64(time.Millisecond))
+	deadline := time.Now().Add(90*time.Second + settle)
 	for {
 		_, complete := switches()
-		if complete && time.Since(o.upTime()) > 20*time.Second {
+		if complete && time.Since(o.upTime()) > settle {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("some site lacks routes 90 s after up")
+			t.Fatalf("some site lacks routes %v after up", time.Since(o.upTime()).Round(time.Second))
 		}
 		time.Sleep(time.Second)
 	}
