@@ -275,16 +275,23 @@ func TestCoalesceRefuses(t *testing.T) {
 	} {
 		co := NewCoalescer(make([]byte, HdrLen+65535+18))
 		co.EnableUDP()
-		if !co.Add(build(base)) {
-			t.Fatal("first segment not taken")
-		}
-		if co.Add(c.frame) {
-			t.Errorf("%s: joined", c.name)
-		}
-		h, frame := resolve(t, co.Flush())
-		if h.GSOType != GSONone || !bytes.Equal(frame, build(base)) {
-			t.Errorf("%s: a lone segment did not go out unchanged", c.name)
-		}
+		checkRefused(t, co, build(base), c.frame, c.name)
+	}
+}
+
+// checkRefused adds first to an empty Coalescer, checks that other does
+// not join it and that first then goes out alone and unchanged.
+func checkRefused(t *testing.T, co *Coalescer, first, other []byte, name string) {
+	t.Helper()
+	if !co.Add(first) {
+		t.Fatalf("%s: first frame not taken", name)
+	}
+	if co.Add(other) {
+		t.Errorf("%s: joined", name)
+	}
+	h, frame := resolve(t, co.Flush())
+	if h.GSOType != GSONone || !bytes.Equal(frame, first) {
+		t.Errorf("%s: a lone frame did not go out unchanged", name)
 	}
 }
 

@@ -346,17 +346,7 @@ func TestCoalesceUDPRefuses(t *testing.T) {
 		{"UDP length not the IP length", badLen},
 		{"TCP", tcp},
 	} {
-		co := newUDPCoalescer()
-		if !co.Add(buildUDP(base)) {
-			t.Fatal("first datagram not taken")
-		}
-		if co.Add(c.frame) {
-			t.Errorf("%s: joined", c.name)
-		}
-		h, frame := resolve(t, co.Flush())
-		if h.GSOType != GSONone || !bytes.Equal(frame, buildUDP(base)) {
-			t.Errorf("%s: a lone datagram did not go out unchanged", c.name)
-		}
+		checkRefused(t, newUDPCoalescer(), buildUDP(base), c.frame, c.name)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/detour-overlay/detour/internal/scenario"
+	"github.com/detour-overlay/detour/internal/wire"
 )
 
 func load(t testing.TB, name string) *scenario.Scenario {
@@ -17,6 +18,29 @@ func load(t testing.TB, name string) *scenario.Scenario {
 		t.Fatalf("scenario %s: %v", name, err)
 	}
 	return sc
+}
+
+// loadOffset loads a scenario and gives its sites random clock offsets of
+// up to ±5 s.
+func loadOffset(t testing.TB, name string, seed uint64) *scenario.Scenario {
+	t.Helper()
+	sc := load(t, name)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	for i := range sc.Sites {
+		sc.Sites[i].ClockOffset = scenario.Duration(time.Duration(rng.Int64N(int64(10*time.Second))) - 5*time.Second)
+	}
+	return sc
+}
+
+// logControlTraffic logs what controlTraffic measured, by message type.
+func logControlTraffic(t *testing.T, sites int, total, maxSite float64, perType [8]float64) {
+	t.Helper()
+	t.Logf("control traffic at %d sites, bytes/s sent per site (detour payload): mean %.0f, max %.0f", sites, total, maxSite)
+	for i, b := range perType {
+		if b > 0 {
+			t.Logf("  %-11s %7.0f B/s", wire.Type(i), b)
+		}
+	}
 }
 
 func start(t testing.TB, n *Net) {

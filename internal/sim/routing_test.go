@@ -8,8 +8,6 @@ import (
 	"sort"
 	"testing"
 	"time"
-
-	"github.com/detour-overlay/detour/internal/scenario"
 )
 
 const ms = time.Millisecond
@@ -139,12 +137,7 @@ func checkOracle(t *testing.T, n *Net, h int) oracleReport {
 // and checks every ordered pair against the offline optimum of at most 3
 // hops.
 func TestAzure16Oracle(t *testing.T) {
-	sc := load(t, "azure-16")
-	rng := rand.New(rand.NewPCG(16, 16))
-	for i := range sc.Sites {
-		sc.Sites[i].ClockOffset = scenario.Duration(time.Duration(rng.Int64N(int64(10*time.Second))) - 5*time.Second)
-	}
-	n := FromScenario(sc, 16, nil)
+	n := FromScenario(loadOffset(t, "azure-16", 16), 16, nil)
 	start(t, n)
 	n.RunFor(8 * time.Second)
 	rep := checkOracle(t, n, 3)

@@ -1,12 +1,8 @@
 package sim
 
 import (
-	"math/rand/v2"
 	"testing"
 	"time"
-
-	"github.com/detour-overlay/detour/internal/scenario"
-	"github.com/detour-overlay/detour/internal/wire"
 )
 
 // TestAzure54Scale runs all 54 Azure regions with clock offsets of up to
@@ -18,12 +14,7 @@ func TestAzure54Scale(t *testing.T) {
 	if testing.Short() {
 		t.Skip("54 sites take about 10 s")
 	}
-	sc := load(t, "azure-54")
-	rng := rand.New(rand.NewPCG(54, 54))
-	for i := range sc.Sites {
-		sc.Sites[i].ClockOffset = scenario.Duration(time.Duration(rng.Int64N(int64(10*time.Second))) - 5*time.Second)
-	}
-	n := FromScenario(sc, 54, nil)
+	n := FromScenario(loadOffset(t, "azure-54", 54), 54, nil)
 	start(t, n)
 	wall := time.Now()
 	n.RunFor(12 * time.Second)
@@ -47,12 +38,7 @@ func TestAzure54Scale(t *testing.T) {
 	t.Logf("azure-54: %d ordered pairs, %d relayed (%.1f %%), %d outside max(0.5 ms, 2 %%) of the 3-hop optimum; worst kept: %s",
 		rep.pairs, rep.relayed, 100*float64(rep.relayed)/float64(rep.pairs), rep.violations, rep.worst)
 	total, maxSite, perType := controlTraffic(n, 10*time.Second)
-	t.Logf("control traffic at 54 sites, bytes/s sent per site (detour payload): mean %.0f, max %.0f", total, maxSite)
-	for i, b := range perType {
-		if b > 0 {
-			t.Logf("  %-11s %7.0f B/s", wire.Type(i), b)
-		}
-	}
+	logControlTraffic(t, 54, total, maxSite, perType)
 	// 200 probes and 200 replies a second of about 64 bytes together are
 	// 12.8 kB/s; link state is 53 reports of about 1.3 kB a second.
 	if total > 100000 {

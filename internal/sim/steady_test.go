@@ -1,23 +1,14 @@
 package sim
 
 import (
-	"math/rand/v2"
 	"testing"
 	"time"
-
-	"github.com/detour-overlay/detour/internal/scenario"
-	"github.com/detour-overlay/detour/internal/wire"
 )
 
 // azureJitter loads azure-16 with 1 ms of jitter on every link and clock
 // offsets of up to ±5 s.
 func azureJitter(t testing.TB, seed uint64) *Net {
-	sc := load(t, "azure-16")
-	rng := rand.New(rand.NewPCG(seed, 1))
-	for i := range sc.Sites {
-		sc.Sites[i].ClockOffset = scenario.Duration(time.Duration(rng.Int64N(int64(10*time.Second))) - 5*time.Second)
-	}
-	n := FromScenario(sc, seed, nil)
+	n := FromScenario(loadOffset(t, "azure-16", seed), seed, nil)
 	for k, l := range n.links {
 		l.Jitter = time.Millisecond
 		n.links[k] = l
@@ -53,12 +44,7 @@ func TestControlTraffic(t *testing.T) {
 	start(t, n)
 	n.RunFor(10 * time.Second)
 	total, maxSite, perType := controlTraffic(n, 30*time.Second)
-	t.Logf("control traffic at 16 sites, bytes/s sent per site (detour payload, mean): total %.0f (max site %.0f)", total, maxSite)
-	for i, b := range perType {
-		if b > 0 {
-			t.Logf("  %-11s %7.0f B/s", wire.Type(i), b)
-		}
-	}
+	logControlTraffic(t, 16, total, maxSite, perType)
 	// 15 peers × 10 probes/s × (24 + 40) bytes is 9.6 kB/s of probing; link
 	// state adds about 15 × 380 bytes per second.
 	if total > 20000 {
