@@ -87,11 +87,14 @@ type Link struct {
 	To        string  `json:"to"`
 	Up        bool    `json:"up"`
 	ShiftedMs float64 `json:"shifted_ms"`
-	OneWayMs  float64 `json:"one_way_ms"`
-	RTTMs     float64 `json:"rtt_ms"`
-	LossPct   float64 `json:"loss_pct"`
-	JitterMs  float64 `json:"jitter_ms"`
-	AgeMs     float64 `json:"age_ms"`
+	// MeanShiftedMs is the mean of the recent offset-shifted samples,
+	// queueing included; only for the agent's own links.
+	MeanShiftedMs float64 `json:"mean_shifted_ms,omitempty"`
+	OneWayMs      float64 `json:"one_way_ms"`
+	RTTMs         float64 `json:"rtt_ms"`
+	LossPct       float64 `json:"loss_pct"`
+	JitterMs      float64 `json:"jitter_ms"`
+	AgeMs         float64 `json:"age_ms"`
 }
 
 // Route is this site's path to one destination.

@@ -52,6 +52,10 @@ type LinkView struct {
 	// Delay is the offset-shifted one-way delay d + o(From) − o(To): only
 	// differences between paths with the same endpoints are meaningful.
 	Delay time.Duration
+	// MeanDelay is the offset-shifted mean of the recent samples, queueing
+	// included, for this site's own links (zero for others' links, which
+	// link state does not carry).
+	MeanDelay time.Duration
 	// OneWayEstimate is RTT/2; the true one-way delay lies in (0, RTT)
 	// depending on the pair's unknown asymmetry.
 	OneWayEstimate time.Duration
@@ -69,9 +73,13 @@ func (n *Node) Links(now time.Time) []LinkView {
 	for _, id := range n.db.Origins() {
 		o, _ := n.db.Origin(id)
 		for _, l := range o.Links {
-			out = append(out, LinkView{From: n.NameOf(l.From), To: n.NameOf(l.To), FromID: l.From, ToID: l.To, Up: l.Up,
+			v := LinkView{From: n.NameOf(l.From), To: n.NameOf(l.To), FromID: l.From, ToID: l.To, Up: l.Up,
 				Delay: l.Delay, OneWayEstimate: l.RTT / 2, RTT: l.RTT, Loss: l.Loss, Jitter: l.Jitter,
-				Age: now.Sub(o.Received)})
+				Age: now.Sub(o.Received)}
+			if m := n.members[l.To]; id == n.self && m != nil {
+				v.MeanDelay = m.link.Stats(now).MeanDelay
+			}
+			out = append(out, v)
 		}
 	}
 	slices.SortFunc(out, func(a, b LinkView) int {

@@ -72,6 +72,7 @@ type Filter struct {
 	samples []sample // oldest first
 	sorted  []time.Duration
 	est     time.Duration
+	mean    time.Duration // plain mean of the window
 	spread  time.Duration
 	jitter  time.Duration
 	last    time.Duration
@@ -201,6 +202,7 @@ func (f *Filter) summarise() {
 		return
 	}
 	f.est = lowMean(f.sorted, f.cfg.LowFraction)
+	f.mean = lowMean(f.sorted, 1)
 	f.spread = quantile(f.sorted, 0.9) - quantile(f.sorted, 0.1)
 }
 
@@ -232,6 +234,17 @@ func (f *Filter) Estimate(now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return f.est, true
+}
+
+// Mean returns the plain mean of the samples in the window and whether
+// there are any: the delay a packet typically sees, queueing included,
+// where Estimate is the robust floor that routing compares.
+func (f *Filter) Mean(now time.Time) (time.Duration, bool) {
+	f.expire(now)
+	if len(f.samples) == 0 {
+		return 0, false
+	}
+	return f.mean, true
 }
 
 // Jitter returns the smoothed mean absolute difference between consecutive

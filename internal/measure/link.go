@@ -154,6 +154,10 @@ type Stats struct {
 	// OneWayEstimate is RTT/2, an estimate of the absolute one-way delay;
 	// the truth lies in (0, RTT).
 	OneWayEstimate time.Duration
+	// MeanDelay is the plain mean of the window's offset-shifted one-way
+	// samples: what a packet typically sees, queueing included (Delay is
+	// the robust floor that routing compares).
+	MeanDelay time.Duration
 	// Jitter is the smoothed mean difference between consecutive one-way
 	// samples.
 	Jitter time.Duration
@@ -169,6 +173,7 @@ func (l *Link) Stats(now time.Time) Stats {
 	r, ok2 := l.rtt.Estimate(now)
 	if ok1 && ok2 {
 		s.Valid, s.Delay, s.RTT, s.OneWayEstimate = true, d, r, r/2
+		s.MeanDelay, _ = l.delay.Mean(now)
 		s.Age = now.Sub(l.lastReply)
 	}
 	if !s.Valid {

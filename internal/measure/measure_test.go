@@ -246,3 +246,21 @@ func FuzzFilter(f *testing.F) {
 		}
 	})
 }
+
+// TestFilterMeanIncludesQueueing: samples that swing with a queue give an
+// estimate near the floor and a mean in the middle.
+func TestFilterMeanIncludesQueueing(t *testing.T) {
+	f := NewFilter(DefaultFilterConfig())
+	for i := range 40 {
+		f.Add(t0.Add(time.Duration(i)*100*time.Millisecond), time.Duration(30+i%5*10)*time.Millisecond) // 30..70 ms
+	}
+	now := t0.Add(4 * time.Second)
+	est, _ := f.Estimate(now)
+	mean, ok := f.Mean(now)
+	if !ok || (mean-50*time.Millisecond).Abs() > time.Millisecond {
+		t.Fatalf("mean %v, %v; want 50 ms (the first samples may have restarted the window)", mean, ok)
+	}
+	if est > 35*time.Millisecond {
+		t.Fatalf("estimate %v, want the floor near 30 ms", est)
+	}
+}
