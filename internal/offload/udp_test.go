@@ -471,17 +471,7 @@ func FuzzCoalesceUDP(f *testing.F) {
 }
 
 func BenchmarkSplitUDP(b *testing.B) {
-	pkt := udpSuperFrame(dgram{id: 1, payload: payload(64000)}, 1400)
-	work := make([]byte, len(pkt))
-	outs, sizes := outBufs(64, 2000)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(pkt)))
-	for b.Loop() {
-		copy(work, pkt)
-		if _, err := Split(work, outs, sizes); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchSplit(b, udpSuperFrame(dgram{id: 1, payload: payload(64000)}, 1400))
 }
 
 func BenchmarkCoalesceUDP(b *testing.B) {
