@@ -19,7 +19,8 @@
 // Membership has no central server. A site joins by saying hello to any
 // bootstrap address; the member answers with its member list, and the
 // newcomer says hello to each. Lists are also gossiped, one member per
-// second. Every pair probes each other every ProbeInterval; a site reports
+// second. Every pair probes each other every ProbeInterval (longer when
+// the members outnumber what MaxProbeRate allows; see timers.go); a site reports
 // its outgoing links in its link state, which every site floods. A member
 // is live while this site hears it directly, or while a live member reports
 // a working link to it (so a site behind a dead direct link stays a member
