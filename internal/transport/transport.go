@@ -5,9 +5,9 @@
 package transport
 
 import (
-	"time"
 	"errors"
 	"net/netip"
+	"time"
 )
 
 // Message is one datagram in a batch. For reads, Buf is the buffer to fill
