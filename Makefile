@@ -23,8 +23,7 @@ demo: deps build
 
 # Unit tests (pure logic, in-process multi-site scenarios) and then the tests
 # that run the real thing in network namespaces (need root).
-test: deps build
-	$(GO) vet ./...
+test: deps build vet
 	$(GO) test -count=1 ./...
 	DETOUR_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 18m -tags netns ./test/... || \
 		{ DETOUR_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run '^$$' -tags netns ./test/... >/dev/null; exit 1; }
@@ -41,8 +40,11 @@ bench: deps build
 fuzz:
 	bash scripts/fuzz.sh
 
+# go vet, and gofmt: a file gofmt would change fails the build.
 vet:
 	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 clean:
 	rm -rf bin results
