@@ -93,6 +93,22 @@ func checkUSO(t *testing.T, o *OffloadTAP) bool {
 	return false
 }
 
+// openCheckedUSOTAP opens the test's TAP (openUSOTAP) and reports whether
+// the test can go on: the device is open and has USO (checkUSO). On false
+// it has reported why and closed what it opened.
+func openCheckedUSOTAP(t *testing.T) (*OffloadTAP, netlink.Link, bool) {
+	o, link, err := openUSOTAP()
+	if err != nil {
+		t.Error(err)
+		return nil, nil, false
+	}
+	if !checkUSO(t, o) {
+		o.Close()
+		return nil, nil, false
+	}
+	return o, link, true
+}
+
 // openUSOTAP opens an OffloadTAP dtu-uso0 with address 198.18.0.1/24 and
 // a permanent neighbour 198.18.0.2 in the current network namespace.
 func openUSOTAP() (*OffloadTAP, netlink.Link, error) {
@@ -120,15 +136,11 @@ func openUSOTAP() (*OffloadTAP, netlink.Link, error) {
 // the kernel as one super-frame and a socket as ten datagrams.
 func TestOffloadTAPWritesUDPSuperFrame(t *testing.T) {
 	inNewNetns(t, func() {
-		o, link, err := openUSOTAP()
-		if err != nil {
-			t.Error(err)
+		o, link, ok := openCheckedUSOTAP(t)
+		if !ok {
 			return
 		}
 		defer o.Close()
-		if !checkUSO(t, o) {
-			return
-		}
 		conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: usoLocal, Port: 5555})
 		if err != nil {
 			t.Error(err)
@@ -173,15 +185,11 @@ func TestOffloadTAPWritesUDPSuperFrame(t *testing.T) {
 // ten datagrams.
 func TestOffloadTAPReadsUDPSuperFrame(t *testing.T) {
 	inNewNetns(t, func() {
-		o, _, err := openUSOTAP()
-		if err != nil {
-			t.Error(err)
+		o, _, ok := openCheckedUSOTAP(t)
+		if !ok {
 			return
 		}
 		defer o.Close()
-		if !checkUSO(t, o) {
-			return
-		}
 		if err := sendSegmented(); err != nil {
 			t.Error(err)
 			return

@@ -355,13 +355,19 @@ func roundTripUDP(t *testing.T, d dgram, size int) {
 	if _, frame := resolve(t, out); !bytes.Equal(frame, buildUDP(d)) {
 		t.Fatal("round trip differs")
 	}
-	again := frames(t, out)
-	if len(again) != len(pieces) {
-		t.Fatalf("%d datagrams, then %d", len(pieces), len(again))
+	sameFrames(t, frames(t, out), pieces, "split again")
+}
+
+// sameFrames fails the test unless got holds the frames of want, in
+// order, byte for byte; what says where got comes from.
+func sameFrames(t *testing.T, got, want [][]byte, what string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d frames, want %d", what, len(got), len(want))
 	}
-	for i := range pieces {
-		if !bytes.Equal(again[i], pieces[i]) {
-			t.Fatalf("datagram %d differs when split again", i)
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("%s: frame %d differs", what, i)
 		}
 	}
 }

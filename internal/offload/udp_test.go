@@ -286,15 +286,7 @@ func TestCoalesceUDPRoundTrip(t *testing.T) {
 			if h != want {
 				t.Fatalf("header %+v, want %+v", h, want)
 			}
-			got := frames(t, out)
-			if len(got) != len(in) {
-				t.Fatalf("%d frames back, want %d", len(got), len(in))
-			}
-			for i := range in {
-				if !bytes.Equal(got[i], in[i]) {
-					t.Fatalf("frame %d differs after the round trip", i)
-				}
-			}
+			sameFrames(t, frames(t, out), in, "after the round trip")
 			// Completed, the super-frame is one large valid datagram.
 			_, whole := resolve(t, out)
 			checkDatagram(t, whole)
@@ -459,14 +451,7 @@ func FuzzCoalesceUDP(f *testing.F) {
 			taken = append(taken, fr)
 		}
 		write()
-		if len(written) != len(taken) {
-			t.Fatalf("%d frames written, %d taken", len(written), len(taken))
-		}
-		for i := range taken {
-			if !bytes.Equal(written[i], taken[i]) {
-				t.Fatalf("frame %d differs", i)
-			}
-		}
+		sameFrames(t, written, taken, "written against taken")
 	})
 }
 
