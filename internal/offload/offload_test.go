@@ -198,16 +198,7 @@ func TestSplitErrors(t *testing.T) {
 // segmentsOf splits a super-frame of fl and returns the frames.
 func segmentsOf(t *testing.T, fl flow, mss int) [][]byte {
 	t.Helper()
-	outs, sizes := outBufs(64, 2000)
-	n, err := Split(superFrame(fl, mss), outs, sizes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fr [][]byte
-	for i := 0; i < n; i++ {
-		fr = append(fr, outs[i][:sizes[i]])
-	}
-	return fr
+	return frames(t, superFrame(fl, mss))
 }
 
 // resolve turns what Flush returned into the frame the kernel would see:

@@ -90,21 +90,13 @@ func splitTCP(frame []byte, h Hdr, outs [][]byte, sizes []int) (int, error) {
 	if !parseTCP(frame, &f) || h.GSOSize == 0 || f.v6 != (h.GSOType&^GSOECN == GSOTCPv6) {
 		return 0, ErrUnsupported
 	}
-	mss, payload := int(h.GSOSize), frame[f.end:f.ipEnd]
-	n := max(1, (len(payload)+mss-1)/mss)
-	if n > len(outs) || n > len(sizes) {
-		return 0, ErrNoRoom
+	n, err := cut(frame, &f, int(h.GSOSize), outs, sizes)
+	if err != nil {
+		return 0, err
 	}
 	seq := binary.BigEndian.Uint32(frame[f.l4+4:])
 	flags := frame[f.l4+13]
 	for i := 0; i < n; i++ {
-		chunk := payload[i*mss : min((i+1)*mss, len(payload))]
-		out := outs[i]
-		if len(out) < f.end+len(chunk) {
-			return 0, ErrNoRoom
-		}
-		copy(out, frame[:f.end])
-		copy(out[f.end:], chunk)
 		fl := flags
 		if i < n-1 {
 			fl &^= tcpFlagFIN | tcpFlagPSH
@@ -112,7 +104,29 @@ func splitTCP(frame []byte, h Hdr, outs [][]byte, sizes []int) (int, error) {
 		if i > 0 {
 			fl &^= tcpFlagCWR
 		}
-		segment(out[:f.end+len(chunk)], &f, seq+uint32(i*mss), fl, uint16(i))
+		segment(outs[i][:sizes[i]], &f, seq+uint32(i*int(h.GSOSize)), fl, uint16(i))
+	}
+	return n, nil
+}
+
+// cut copies the headers of frame and each size bytes of its payload
+// (the last piece may be shorter) into outs, one piece each, setting
+// sizes, and returns the number of pieces. The caller fixes each piece's
+// headers.
+func cut(frame []byte, f *l4Frame, size int, outs [][]byte, sizes []int) (int, error) {
+	payload := frame[f.end:f.ipEnd]
+	n := max(1, (len(payload)+size-1)/size)
+	if n > len(outs) || n > len(sizes) {
+		return 0, ErrNoRoom
+	}
+	for i := 0; i < n; i++ {
+		chunk := payload[i*size : min((i+1)*size, len(payload))]
+		out := outs[i]
+		if len(out) < f.end+len(chunk) {
+			return 0, ErrNoRoom
+		}
+		copy(out, frame[:f.end])
+		copy(out[f.end:], chunk)
 		sizes[i] = f.end + len(chunk)
 	}
 	return n, nil
@@ -142,21 +156,12 @@ func splitUDP(frame []byte, h Hdr, outs [][]byte, sizes []int) (int, error) {
 	if !parseUDP(frame, &f) || h.GSOSize == 0 {
 		return 0, ErrUnsupported
 	}
-	size, payload := int(h.GSOSize), frame[f.end:f.ipEnd]
-	n := max(1, (len(payload)+size-1)/size)
-	if n > len(outs) || n > len(sizes) {
-		return 0, ErrNoRoom
+	n, err := cut(frame, &f, int(h.GSOSize), outs, sizes)
+	if err != nil {
+		return 0, err
 	}
 	for i := 0; i < n; i++ {
-		chunk := payload[i*size : min((i+1)*size, len(payload))]
-		out := outs[i]
-		if len(out) < f.end+len(chunk) {
-			return 0, ErrNoRoom
-		}
-		copy(out, frame[:f.end])
-		copy(out[f.end:], chunk)
-		datagram(out[:f.end+len(chunk)], &f, uint16(i))
-		sizes[i] = f.end + len(chunk)
+		datagram(outs[i][:sizes[i]], &f, uint16(i))
 	}
 	return n, nil
 }
