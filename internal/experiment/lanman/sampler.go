@@ -109,25 +109,39 @@ func truthMatrix(links []LinkTruth) (delay, tx model.Matrix) {
 }
 
 // detourPaths computes the delay of the path each site's agent uses to
-// each other site, from the link matrix the first agent holds (every site
-// holds the same) and each agent's own routes. The delays are
+// each other site, from the link matrix the first agent that answers holds
+// (every site holds the same), the mean delays each agent measures on its
+// own links, and each agent's own routes. The delays are
 // offset-shifted; round trips built from them are exact.
 func (s *Sampler) detourPaths() (model.Matrix, func(a, b string) []string, error) {
-	var links []api.Link
-	var err error
-	for _, site := range s.sites {
-		if links, err = s.agents[site].Links(); err == nil {
-			break
-		}
-	}
-	if err != nil {
-		return nil, nil, err
-	}
 	lm := model.Matrix{}
-	for _, l := range links {
-		if l.Up {
-			lm[[2]string{l.From, l.To}] = l.ShiftedMs
+	var err error
+	seen := 0
+	for _, site := range s.sites {
+		var links []api.Link
+		if links, err = s.agents[site].Links(); err != nil {
+			continue
 		}
+		seen++
+		for _, l := range links {
+			if !l.Up {
+				continue
+			}
+			k := [2]string{l.From, l.To}
+			switch {
+			case l.From == site && l.MeanShiftedMs != 0:
+				// A site's own links carry the mean of their recent
+				// samples, which includes queueing; the link-state floor
+				// does not, and a loaded link's queue is what the
+				// operations wait in.
+				lm[k] = l.MeanShiftedMs
+			case seen == 1:
+				lm[k] = l.ShiftedMs // every site holds the same matrix
+			}
+		}
+	}
+	if seen == 0 {
+		return nil, nil, err
 	}
 	paths := map[[2]string][]string{}
 	for _, site := range s.sites {
