@@ -35,7 +35,10 @@ type FilterConfig struct {
 	MaxAge time.Duration
 	// LowFraction is the fraction of the window, lowest samples first,
 	// whose mean is the estimate: a low trimmed mean ignores queueing
-	// spikes and varies less than a single order statistic.
+	// spikes and varies less than a single order statistic. The default,
+	// the lower half, also keeps a standing queue that saw-tooths (a TCP
+	// flow filling a link) in the estimate: a brief lull in it moves the
+	// lowest quarter to the idle delay but the lower half far less.
 	LowFraction float64
 	// StepCount consecutive samples on the same side of the estimate,
 	// each farther than the step threshold, restart the window from those
@@ -54,7 +57,7 @@ func DefaultFilterConfig() FilterConfig {
 	return FilterConfig{
 		Window:       48,
 		MaxAge:       5 * time.Second,
-		LowFraction:  0.25,
+		LowFraction:  0.5,
 		StepCount:    3,
 		MinStep:      time.Millisecond,
 		SpreadFactor: 2,
