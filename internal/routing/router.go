@@ -281,7 +281,10 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 	}
 	gain := cm.Cost - bm.Cost
 	if now.Sub(d.firstSeen) < r.cfg.Settle {
-		if gain > 0 {
+		// While the estimates fill in, a clear gain is taken at once, but
+		// not a tie: changing between paths a few microseconds apart
+		// gains nothing and may reorder packets.
+		if gain >= r.threshold(bm) {
 			return r.install(now, d, bp, false, fmt.Sprintf("settling: better by %v", gain), false), true
 		}
 		return Switch{}, false

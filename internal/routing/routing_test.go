@@ -347,3 +347,24 @@ func BenchmarkShortestPaths16(b *testing.B) {
 		m.ShortestPaths(Weights{}, 1, 3, nil)
 	}
 }
+
+// TestSettlingIgnoresTies: while settling, a clearly better path is taken
+// at once, but one better only by less than the threshold is not.
+func TestSettlingIgnoresTies(t *testing.T) {
+	tn := leon() // 1 -> 3 direct 15.5 ms, via 2 10.1 ms
+	r := NewRouter(DefaultConfig(), 1)
+	r.Update(t0, tn.matrix(), addrsOf(3))
+	if !slices.Equal(path(r, 3), []wire.SiteID{2, 3}) {
+		t.Fatalf("first route %v, want via 2", path(r, 3))
+	}
+	// The direct path 50 µs better than the relay: a tie.
+	tn.d[0][2] = 10050 * time.Microsecond
+	if sw := r.Update(t0.Add(100*ms), tn.matrix(), addrsOf(3)); len(sw) != 0 {
+		t.Fatalf("switched on a 50 µs gain while settling: %+v", sw)
+	}
+	// 3 ms better: at once, without the hold.
+	tn.d[0][2] = 7100 * time.Microsecond
+	if sw := r.Update(t0.Add(200*ms), tn.matrix(), addrsOf(3)); len(sw) != 1 || !slices.Equal(path(r, 3), []wire.SiteID{3}) {
+		t.Fatalf("no immediate switch on a 3 ms gain while settling: %+v, path %v", sw, path(r, 3))
+	}
+}
