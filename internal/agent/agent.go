@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -378,7 +379,11 @@ func (a *Agent) flush() {
 		msgs = a.sec.seal(a.clock.Now(), msgs, a.memberAddrs, a.sendNow)
 	}
 	t := a.node.Table()
+	changes := a.describeSwitches(a.node.Switches())
 	a.mu.Unlock()
+	for _, c := range changes {
+		a.log.Info("route changed", c...)
+	}
 	if len(msgs) > 0 {
 		if err := a.engine.Send(msgs); err != nil {
 			a.log.Debug("control send", "err", err)
@@ -387,6 +392,18 @@ func (a *Agent) flush() {
 	if t != a.table {
 		a.publish(t)
 	}
+}
+
+// describeSwitches turns path changes into log attributes: destination,
+// old and new path by site name, and the router's reason. Caller holds
+// a.mu.
+func (a *Agent) describeSwitches(sw []routing.Switch) [][]any {
+	out := make([][]any, 0, len(sw))
+	for _, s := range sw {
+		out = append(out, []any{"dest", a.node.NameOf(s.To[len(s.To)-1]),
+			"from", strings.Join(a.node.Names(s.From), ">"), "to", strings.Join(a.node.Names(s.To), ">"), "reason", s.Reason})
+	}
+	return out
 }
 
 // publish hands a new table to the data path and forgets the addresses

@@ -101,12 +101,17 @@ type Node struct {
 	helloSent     map[netip.AddrPort]time.Time // rate limit for hellos to unknown senders
 	scratch       wire.LinkState
 	timers        timers
-	lastRefresh   time.Time // when refresh last ran
-	refreshDue    time.Time // when a deferred refresh must run (zero: none)
-	deadline      time.Time // NextDeadline's cached answer
-	deadlineStale bool      // deadline must be recomputed
-	sorted        []*member // sortedMembers' cache; nil when stale
+	lastRefresh   time.Time        // when refresh last ran
+	refreshDue    time.Time        // when a deferred refresh must run (zero: none)
+	deadline      time.Time        // NextDeadline's cached answer
+	deadlineStale bool             // deadline must be recomputed
+	sorted        []*member        // sortedMembers' cache; nil when stale
+	switches      []routing.Switch // path changes not yet taken by Switches
 }
+
+// maxPendingSwitches bounds the path changes kept for Switches between two
+// calls; older ones are dropped (they are still counted).
+const maxPendingSwitches = 256
 
 // New returns a node for cfg, started at now.
 func New(cfg Config, now time.Time) (*Node, error) {
@@ -150,6 +155,15 @@ func (n *Node) Table() *routing.Table { return n.router.Table() }
 func (n *Node) Outbox() []Outgoing {
 	out := n.outbox
 	n.outbox = nil
+	return out
+}
+
+// Switches returns and clears the changes of existing paths made since the
+// last call (at most maxPendingSwitches, the latest), for the caller to
+// log. First routes are not included.
+func (n *Node) Switches() []routing.Switch {
+	out := n.switches
+	n.switches = nil
 	return out
 }
 
@@ -433,7 +447,15 @@ func (n *Node) route(now time.Time) {
 	}
 	sw := n.router.Update(now, mx, addrs)
 	n.deadlineStale = true // held switches have deadlines
-	n.counters.Switches += uint64(countRealSwitches(sw))
+	for _, s := range sw {
+		if s.From != nil {
+			n.counters.Switches++
+			n.switches = append(n.switches, s)
+		}
+	}
+	if k := len(n.switches) - maxPendingSwitches; k > 0 {
+		n.switches = append(n.switches[:0], n.switches[k:]...)
+	}
 }
 
 // suspect reports whether this site's link to m has missed replies for
@@ -444,17 +466,6 @@ func (n *Node) suspect(now time.Time, m *member) bool {
 	}
 	lr := m.link.LastReply()
 	return !lr.IsZero() && now.Sub(lr) >= n.timers.suspect
-}
-
-// countRealSwitches counts changes of an existing path (not first routes).
-func countRealSwitches(sw []routing.Switch) int {
-	c := 0
-	for _, s := range sw {
-		if s.From != nil {
-			c++
-		}
-	}
-	return c
 }
 
 // sortedMembers returns the members in ID order (so that a node's output

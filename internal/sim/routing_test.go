@@ -8,6 +8,9 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/detour-overlay/detour/internal/routing"
+	"github.com/detour-overlay/detour/internal/wire"
 )
 
 const ms = time.Millisecond
@@ -206,6 +209,34 @@ func TestRerouteWhenLinkSlows(t *testing.T) {
 	t.Logf("reroute after a link slows (20 trials): p50 %v, p95 %v, max %v", p50, p95, percentile(took, 1))
 	if p95 > time.Second {
 		t.Errorf("p95 reroute time %v, want < 1 s", p95)
+	}
+}
+
+// TestSwitchesAreReported: the path change made when S→D slows is handed
+// out once by Node.Switches (which the agent logs), with the old and new
+// path and the router's reason.
+func TestSwitchesAreReported(t *testing.T) {
+	n := detourMesh(1)
+	start(t, n)
+	n.RunFor(5 * time.Second)
+	s := n.Site("S").Node
+	s.Switches() // the settling period's, if any
+	n.SetLink("S", "D", Link{Delay: 30 * ms, Jitter: ms})
+	if !n.RunUntil(n.Now().Add(3*time.Second), func() bool { return len(n.Path("S", "D")) == 2 }) {
+		t.Fatal("not rerouted within 3 s")
+	}
+	d := n.Site("D").ID
+	var got []routing.Switch
+	for _, sw := range s.Switches() {
+		if sw.To[len(sw.To)-1] == d {
+			got = append(got, sw)
+		}
+	}
+	if len(got) != 1 || !slices.Equal(got[0].From, []wire.SiteID{d}) || !slices.Equal(got[0].To, n.Path("S", "D")) || got[0].Reason == "" {
+		t.Fatalf("switches to D: %+v, want one from [D] to %v with a reason", got, n.Path("S", "D"))
+	}
+	if again := s.Switches(); len(again) != 0 {
+		t.Fatalf("Switches returned %d changes twice", len(again))
 	}
 }
 
