@@ -163,9 +163,13 @@ func (n *Node) respond(now time.Time, p *peer, hs *noise.HandshakeState, theirIn
 	if err != nil {
 		return Result{}, err
 	}
+	age, err := n.rekeyAge(false)
+	if err != nil {
+		return Result{}, err
+	}
 	p.lastTS, p.lastInitAt = ts, now
 	p.clearPending()
-	p.installResponder(newKeypair(cs2.UnsafeKey(), cs1.UnsafeKey(), idx, theirIndex, now, false))
+	p.installResponder(newKeypair(cs2.UnsafeKey(), cs1.UnsafeKey(), idx, theirIndex, now, age, false))
 	p.lastActive = now
 	n.stats.responses.Add(1)
 	return Result{Peer: p.site, Reply: out}, nil
@@ -185,7 +189,11 @@ func (n *Node) handleResponse(now time.Time, p *peer, m *wire.Handshake) (Result
 		return Result{}, ErrAuth
 	}
 	theirs := binary.BigEndian.Uint32(payload)
-	k := newKeypair(cs1.UnsafeKey(), cs2.UnsafeKey(), p.hsIndex, theirs, now, true)
+	age, err := n.rekeyAge(true)
+	if err != nil {
+		return Result{}, err
+	}
+	k := newKeypair(cs1.UnsafeKey(), cs2.UnsafeKey(), p.hsIndex, theirs, now, age, true)
 	p.clearPending()
 	p.installInitiator(k)
 	p.wanted.Store(false)
@@ -255,9 +263,5 @@ func (n *Node) needHandshake(now time.Time, p *peer) bool {
 		nx := p.next.Load()
 		return p.wanted.Load() && (nx == nil || now.Sub(nx.created) >= UnconfirmedTimeout)
 	}
-	limit := RekeyAfterTime
-	if !cur.initiator {
-		limit += ResponderRekeyDelay
-	}
-	return now.Sub(cur.created) >= limit || cur.sendCtr.Load() >= RekeyAfterMessages
+	return now.Sub(cur.created) >= cur.rekeyAge || cur.sendCtr.Load() >= RekeyAfterMessages
 }

@@ -261,8 +261,9 @@ func TestIdleSessionExpires(t *testing.T) {
 	}
 }
 
-// With traffic, a session is rekeyed at RekeyAfterTime by its initiator,
-// and no packet sealed around the rekey is lost in either direction.
+// With traffic, a session is rekeyed by its initiator between
+// RekeyAfterTime and RekeyAfterTime+RekeyJitter, and no packet sealed
+// around the rekey is lost in either direction.
 func TestRekeyWithoutLoss(t *testing.T) {
 	n := mesh(t, 2)
 	a, b := n[0], n[1]
@@ -286,13 +287,16 @@ func TestRekeyWithoutLoss(t *testing.T) {
 			t.Fatalf("initiation at %v, before rekey time", now.Sub(t0))
 		}
 	}
-	now = t0.Add(RekeyAfterTime)
-	out := a.Tick(now)
-	if len(out) != 1 {
-		t.Fatalf("no rekey at %v: %+v", RekeyAfterTime, out)
+	var out []Output
+	for len(out) == 0 && now.Before(t0.Add(RekeyAfterTime+RekeyJitter)) {
+		now = now.Add(100 * time.Millisecond)
+		out = a.Tick(now)
+		if len(b.Tick(now)) != 0 {
+			t.Fatalf("responder rekeyed first, at %v", now.Sub(t0))
+		}
 	}
-	if len(b.Tick(now)) != 0 {
-		t.Fatal("responder rekeyed at the same time")
+	if len(out) != 1 {
+		t.Fatalf("no rekey by %v: %+v", RekeyAfterTime+RekeyJitter, out)
 	}
 	res, err := b.HandleHandshake(now, out[0].Packet)
 	if err != nil {
@@ -320,7 +324,7 @@ func TestRekeyWithoutLoss(t *testing.T) {
 		t.Fatal("new keypair not current on both sides")
 	}
 	// The old session expires at RejectAfterTime; the new one lives on.
-	later := t0.Add(RejectAfterTime)
+	later := t0.Add(RejectAfterTime + RekeyJitter)
 	seal(a, 2, &toB)
 	a.Tick(later)
 	if !a.Ready(2) || a.peers[2].previous.Load() != nil {
@@ -365,5 +369,33 @@ func TestLostConfirmation(t *testing.T) {
 	complete(t, t0.Add(UnconfirmedTimeout), b, a, out[0].Packet)
 	if !a.Ready(2) || !b.Ready(1) {
 		t.Fatal("not both ready")
+	}
+}
+
+// Rekey ages are spread over RekeyJitter, and a responder's come after
+// every initiator's, so a whole overlay started at once does not rekey at
+// once and the initiator of a session normally renews it.
+func TestRekeyAgesAreSpread(t *testing.T) {
+	nd := mesh(t, 2)[0]
+	lo, hi := time.Duration(1<<62), time.Duration(0)
+	for range 200 {
+		age, err := nd.rekeyAge(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if age < RekeyAfterTime || age >= RekeyAfterTime+RekeyJitter {
+			t.Fatalf("initiator's rekey age %v outside [%v, %v)", age, RekeyAfterTime, RekeyAfterTime+RekeyJitter)
+		}
+		lo, hi = min(lo, age), max(hi, age)
+		r, err := nd.rekeyAge(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r < RekeyAfterTime+RekeyJitter || r > RejectAfterTime-30*time.Second {
+			t.Fatalf("responder's rekey age %v: not after every initiator's, or less than 30 s before %v", r, RejectAfterTime)
+		}
+	}
+	if hi-lo < RekeyJitter*8/10 {
+		t.Fatalf("200 initiator rekey ages span only %v of %v", hi-lo, RekeyJitter)
 	}
 }

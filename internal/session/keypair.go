@@ -21,6 +21,7 @@ type keypair struct {
 	hopSend, hopRecv cipher.AEAD
 	local, remote    uint32 // key ids: ours (in packets to us), theirs
 	created          time.Time
+	rekeyAge         time.Duration // renew at this age (see Node.rekeyAge)
 	initiator        bool
 
 	sendCtr   atomic.Uint64
@@ -34,7 +35,7 @@ type keypair struct {
 const hopLabel = "detour hop tag v1"
 
 // newKeypair builds a keypair from the two Noise transport keys.
-func newKeypair(send, recv [32]byte, local, remote uint32, now time.Time, initiator bool) *keypair {
+func newKeypair(send, recv [32]byte, local, remote uint32, now time.Time, rekeyAge time.Duration, initiator bool) *keypair {
 	return &keypair{
 		send:      mustAEAD(send),
 		recv:      mustAEAD(recv),
@@ -43,6 +44,7 @@ func newKeypair(send, recv [32]byte, local, remote uint32, now time.Time, initia
 		local:     local,
 		remote:    remote,
 		created:   now,
+		rekeyAge:  rekeyAge,
 		initiator: initiator,
 	}
 }

@@ -20,9 +20,16 @@ const (
 	// RekeyAfterTime is the age at which the initiator of a session starts
 	// a new handshake.
 	RekeyAfterTime = 120 * time.Second
+	// RekeyJitter spreads rekeys: each keypair is renewed at a random
+	// age in [RekeyAfterTime, RekeyAfterTime+RekeyJitter), so that the
+	// sessions of a whole overlay, made within seconds of each other when
+	// it started, do not all rekey at the same moment ever after.
+	RekeyJitter = 10 * time.Second
 	// ResponderRekeyDelay is how much later the responder of a session
-	// rekeys if the initiator has not, so the two rarely collide.
-	ResponderRekeyDelay = 10 * time.Second
+	// rekeys if the initiator has not. It is at least RekeyJitter, so the
+	// initiator, whatever its jitter, goes first and the two rarely
+	// collide.
+	ResponderRekeyDelay = 15 * time.Second
 	// RejectAfterTime is the age after which a keypair is dropped.
 	RejectAfterTime = 180 * time.Second
 	// IdleTimeout drops the sessions of a peer that neither sent nor
@@ -162,6 +169,23 @@ func (n *Node) newIndex() (uint32, error) {
 			return v, nil
 		}
 	}
+}
+
+// rekeyAge returns the age at which a keypair made now is to be renewed:
+// RekeyAfterTime, plus ResponderRekeyDelay on the responder's side, plus a
+// random jitter below RekeyJitter.
+func (n *Node) rekeyAge(initiator bool) (time.Duration, error) {
+	var b [4]byte
+	if _, err := io.ReadFull(n.rand, b[:]); err != nil {
+		return 0, err
+	}
+	// The jitter is drawn in microseconds so the product fits 64 bits.
+	us := uint64(binary.BigEndian.Uint32(b[:])) * uint64(RekeyJitter/time.Microsecond) >> 32
+	age := RekeyAfterTime + time.Duration(us)*time.Microsecond
+	if !initiator {
+		age += ResponderRekeyDelay
+	}
+	return age, nil
 }
 
 // timestamp returns the TAI64N label of now, strictly greater than any
