@@ -218,6 +218,38 @@ func (m *Matrix) ShortestPaths(w Weights, src wire.SiteID, maxHops int, noRelay 
 	return out
 }
 
+// ShortestPathsTo returns, for every site that reaches dst in at most
+// maxHops links, its best path to dst (the hops after it, ending with
+// dst): the return paths of ShortestPaths, all from one computation on the
+// transposed matrix rather than one per source.
+func (m *Matrix) ShortestPathsTo(w Weights, dst wire.SiteID, maxHops int, noRelay func(wire.SiteID) bool) map[wire.SiteID][]wire.SiteID {
+	rev := m.transposed().ShortestPaths(w, dst, maxHops, noRelay)
+	out := make(map[wire.SiteID][]wire.SiteID, len(rev))
+	for src, p := range rev {
+		// p is dst → p[0] → … → src in the transpose, so src → … → p[0]
+		// → dst here.
+		back := make([]wire.SiteID, 0, len(p))
+		for i := len(p) - 2; i >= 0; i-- {
+			back = append(back, p[i])
+		}
+		out[src] = append(back, dst)
+	}
+	return out
+}
+
+// transposed returns m with every link reversed (u → v becomes v → u,
+// with the same metrics).
+func (m *Matrix) transposed() *Matrix {
+	n := len(m.ids)
+	t := &Matrix{ids: m.ids, index: m.index, edges: make([]Edge, n*n), has: make([]bool, n*n)}
+	for u := 0; u < n; u++ {
+		for v := 0; v < n; v++ {
+			t.edges[v*n+u], t.has[v*n+u] = m.edges[u*n+v], m.has[u*n+v]
+		}
+	}
+	return t
+}
+
 // walk rebuilds the path to v from the predecessor layers, removing any
 // cycle (which can only appear through estimation noise on near-zero
 // round trips).

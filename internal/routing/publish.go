@@ -27,8 +27,9 @@ func (r *Router) publish(now time.Time, m *Matrix) {
 	r.dirty = false
 	r.version++
 	routes := make([]*Route, 0, len(r.dests))
+	back := m.ShortestPathsTo(r.cfg.Weights, r.self, r.cfg.MaxHops, r.noRelay)
 	for id, d := range r.dests {
-		if rt := r.route(m, id, d); rt != nil {
+		if rt := r.route(m, id, d, back[id]); rt != nil {
 			routes = append(routes, rt)
 		}
 	}
@@ -57,8 +58,9 @@ func abs(d time.Duration) time.Duration {
 }
 
 // route builds the Route of one destination, or nil if its first hop or
-// the destination has no address.
-func (r *Router) route(m *Matrix, id wire.SiteID, d *dest) *Route {
+// the destination has no address. back is the best return path from the
+// destination to this site.
+func (r *Router) route(m *Matrix, id wire.SiteID, d *dest, back []wire.SiteID) *Route {
 	first, ok := r.addrs[d.path[0]]
 	if _, ok2 := r.addrs[id]; !ok || !ok2 {
 		return nil
@@ -77,7 +79,7 @@ func (r *Router) route(m *Matrix, id wire.SiteID, d *dest) *Route {
 		}
 	}
 	rt.RTTEstimate = mt.RTT
-	if back := m.ShortestPaths(r.cfg.Weights, id, r.cfg.MaxHops, r.noRelay)[r.self]; back != nil {
+	if back != nil {
 		if bm, ok := m.Measure(r.cfg.Weights, id, back); ok {
 			rt.RTTEstimate = mt.Delay + bm.Delay // a cycle: offsets cancel
 		}

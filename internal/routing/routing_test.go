@@ -340,11 +340,57 @@ func TestTableVersionsOnlyOnChange(t *testing.T) {
 	}
 }
 
+// TestShortestPathsToMatchesPerSource: the return paths from one
+// computation on the transposed matrix cost the same as each source's own
+// best path to the destination, on random networks with clock offsets and
+// with one site that may not relay.
+func TestShortestPathsToMatchesPerSource(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for trial := 0; trial < 20; trial++ {
+		tn := randomNet(rng, 12)
+		m := tn.matrix()
+		noRelay := func(id wire.SiteID) bool { return id == 4 }
+		to := m.ShortestPathsTo(Weights{}, 1, 3, noRelay)
+		for src := wire.SiteID(2); src <= 12; src++ {
+			want, ok := m.ShortestPaths(Weights{}, src, 3, noRelay)[1]
+			got := to[src]
+			if !ok {
+				if got != nil {
+					t.Fatalf("trial %d: %v reaches 1 by %v, per source it does not", trial, src, got)
+				}
+				continue
+			}
+			wm, _ := m.Measure(Weights{}, src, want)
+			gm, gok := m.Measure(Weights{}, src, got)
+			if !gok || gm.Cost != wm.Cost || got[len(got)-1] != 1 || len(got) > 3 || (len(got) > 1 && slices.Contains(got[:len(got)-1], 4)) {
+				t.Fatalf("trial %d: %v -> 1 by %v (cost %v, ok %v), per source %v (cost %v)", trial, src, got, gm.Cost, gok, want, wm.Cost)
+			}
+		}
+	}
+}
+
 func BenchmarkShortestPaths16(b *testing.B) {
 	tn := randomNet(rand.New(rand.NewPCG(1, 1)), 16)
 	m := tn.matrix()
 	for i := 0; i < b.N; i++ {
 		m.ShortestPaths(Weights{}, 1, 3, nil)
+	}
+}
+
+// BenchmarkUpdate54 is one route computation of a site among 54 whose
+// link delays all moved (so the table is rebuilt): what every refresh
+// costs a gateway in a loaded 54-site overlay.
+func BenchmarkUpdate54(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	tn := randomNet(rng, 54)
+	r := NewRouter(DefaultConfig(), 1)
+	now := t0
+	addrs := addrsOf(54)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		tn.d[0][1+i%53] += time.Millisecond // every call rebuilds the table
+		now = now.Add(10 * ms)
+		r.Update(now, tn.matrix(), addrs)
 	}
 }
 
