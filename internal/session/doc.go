@@ -30,7 +30,7 @@
 // crossed, with its own per-link counter. A relay checks it (and its own
 // replay window) before forwarding, so it relays only for authenticated
 // neighbours, and re-tags for the next relay. Receivers keep a sliding
-// replay window of 4032 counters per key.
+// replay window of 8128 counters per key (as wireguard-go).
 //
 // # Per-packet overhead
 //

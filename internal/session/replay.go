@@ -8,10 +8,10 @@ import "sync"
 // WindowSize below the highest counter seen.
 const (
 	blockBits  = 64
-	ringBlocks = 64 // a power of two
+	ringBlocks = 128 // a power of two (as in wireguard-go)
 	// WindowSize is how far behind the highest counter seen a packet may
 	// arrive and still be accepted (reordering tolerance).
-	WindowSize = (ringBlocks - 1) * blockBits // 4032
+	WindowSize = (ringBlocks - 1) * blockBits // 8128
 )
 
 // replayWindow remembers which counters of one receive key were accepted.
