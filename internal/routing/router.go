@@ -36,6 +36,14 @@ type Config struct {
 	// switches of the settling period do not start it, so the first real
 	// change of a stable route is followed after Hold alone.
 	MinSwitchInterval time.Duration
+	// ReturnHold is how long a path left less than ReturnWindow ago must
+	// stay better before a switch back to it (instead of Hold). A link
+	// whose load pauses now and then (a TCP flow backing off after
+	// losses) looks idle for a few seconds at a time; without it the route
+	// would go back at every pause and then sit on the loaded link for
+	// MinSwitchInterval when the load resumes. 0 disables.
+	ReturnHold   time.Duration
+	ReturnWindow time.Duration
 	// HoldMargin is added to the exact path difference that a switch to
 	// a shorter path holds packets for (Route.PrevDelay − Route.Delay),
 	// to cover the error of the delay estimates and of timers: a held
@@ -45,9 +53,10 @@ type Config struct {
 	Weights    Weights
 }
 
-// DefaultConfig returns H = 3, max(0.5 ms, 1.8 %) held for 300 ms, 3 s of
-// settling, at most one unforced switch per destination every 10 s, 1 ms
-// of cost per 1 % of loss, and links losing half their probes excluded.
+// DefaultConfig returns H = 3, max(0.5 ms, 1.8 %) held for 300 ms (10 s
+// to go back to a path left within the last minute), 3 s of settling, at
+// most one unforced switch per destination every 10 s, 1 ms of cost per
+// 1 % of loss, and links losing half their probes excluded.
 func DefaultConfig() Config {
 	return Config{
 		MaxHops:      3,
@@ -58,6 +67,8 @@ func DefaultConfig() Config {
 		// A link oscillating around the switching threshold would
 		// otherwise move a route at every swing; ZeroTier waits 15 s.
 		MinSwitchInterval: 10 * time.Second,
+		ReturnHold:        10 * time.Second,
+		ReturnWindow:      time.Minute,
 		HoldMargin:        500 * time.Microsecond,
 		Weights:           Weights{LossPenalty: 100 * time.Millisecond, MaxLoss: 0.5, LossFloor: 0.03},
 	}
@@ -70,8 +81,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("routing: max hops %d not in 1..%d", c.MaxHops, wire.MaxPath)
 	case c.MinGain < 0 || c.GainFraction < 0 || c.GainFraction >= 1:
 		return errors.New("routing: switching gain must be non-negative and the fraction below 1")
-	case c.Hold < 0 || c.Settle < 0 || c.MinSwitchInterval < 0 || c.HoldMargin < 0 || c.HoldMargin > time.Millisecond:
-		return errors.New("routing: negative hold, settle or damping time, or a hold margin outside 0..1 ms")
+	case c.Hold < 0 || c.Settle < 0 || c.MinSwitchInterval < 0 || c.ReturnHold < 0 || c.ReturnWindow < 0 || c.HoldMargin < 0 || c.HoldMargin > time.Millisecond:
+		return errors.New("routing: negative hold, settle, damping or return time, or a hold margin outside 0..1 ms")
 	case c.Weights.LossPenalty < 0 || c.Weights.MaxLoss < 0 || c.Weights.MaxLoss > 1:
 		return errors.New("routing: loss penalty must be non-negative and max loss in 0..1")
 	}
@@ -102,6 +113,8 @@ type dest struct {
 	switches     int
 	prevPath     []wire.SiteID
 	prevDelay    time.Duration
+	leftPath     []wire.SiteID // the path before the last switch
+	leftAt       time.Time     // when it was left
 	last         Switch
 	// backup is the best path avoiding the suspect links and sites while
 	// path is in doubt, nil otherwise.
@@ -297,6 +310,9 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 		d.pendingSince = now
 	}
 	d.pendingHold = r.holdFor(gain, bm)
+	if r.returning(now, d, bp) {
+		d.pendingHold = max(d.pendingHold, r.cfg.ReturnHold)
+	}
 	if now.Sub(d.pendingSince) < d.pendingHold {
 		return Switch{}, false
 	}
@@ -317,6 +333,12 @@ func (r *Router) holdFor(gain time.Duration, best Metrics) time.Duration {
 	return r.cfg.Hold
 }
 
+// returning reports whether p is the path d left less than ReturnWindow
+// ago.
+func (r *Router) returning(now time.Time, d *dest, p []wire.SiteID) bool {
+	return d.leftPath != nil && now.Sub(d.leftAt) < r.cfg.ReturnWindow && slices.Equal(p, d.leftPath)
+}
+
 // damped reports whether flap damping still forbids an unforced switch of
 // d at now.
 func (r *Router) damped(now time.Time, d *dest) bool {
@@ -330,6 +352,7 @@ func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, pinned bool, r
 	d.prevPath, d.prevDelay = nil, 0
 	if d.path != nil {
 		d.switches++
+		d.leftPath, d.leftAt = d.path, now
 		if pm, ok := r.matrix.Measure(r.cfg.Weights, r.self, d.path); ok {
 			d.prevPath, d.prevDelay = d.path, pm.Delay+r.cfg.HoldMargin
 		}

@@ -268,8 +268,65 @@ func TestFlapDamping(t *testing.T) {
 	if switches > 7 {
 		t.Fatalf("%d switches in 60 s with 10 s damping", switches)
 	}
-	if switches < 2 {
+	if switches < 1 {
 		t.Fatalf("%d switches: damping blocks real changes", switches)
+	}
+	// The flapping stops with the direct path the better one: the route
+	// goes back to it, after the return hold.
+	tn.d[0][2] = 5 * ms
+	start := now
+	for !slices.Equal(path(r, 3), []wire.SiteID{3}) {
+		now = now.Add(100 * ms)
+		r.Update(now, tn.matrix(), addrsOf(3))
+		if now.Sub(start) > cfg.ReturnHold+2*time.Second {
+			t.Fatalf("not back on the direct path %v after the flapping stopped", now.Sub(start))
+		}
+	}
+}
+
+// TestReturnHold: a path left because it got worse is not taken again for
+// a pause in its load shorter than ReturnHold, but is after a longer one;
+// a path left more than ReturnWindow ago needs only Hold.
+func TestReturnHold(t *testing.T) {
+	tn := leon() // 1 -> 3 direct 15.5 ms, via 2 10.1 ms
+	tn.d[0][2] = 5 * ms
+	r, now := settled(t, tn)
+	cfg := DefaultConfig()
+	step := func(d time.Duration) {
+		for end := now.Add(d); now.Before(end); {
+			now = now.Add(50 * ms)
+			r.Update(now, tn.matrix(), addrsOf(3))
+		}
+	}
+	direct, relay := []wire.SiteID{3}, []wire.SiteID{2, 3}
+	if !slices.Equal(path(r, 3), direct) {
+		t.Fatalf("path %v, want direct", path(r, 3))
+	}
+	tn.d[0][2] = 40 * ms // loaded
+	step(time.Second)
+	if !slices.Equal(path(r, 3), relay) {
+		t.Fatalf("path %v, want the relay once direct is loaded", path(r, 3))
+	}
+	step(cfg.MinSwitchInterval) // damping over
+	tn.d[0][2] = 5 * ms         // a 4 s pause in the load
+	step(4 * time.Second)
+	if !slices.Equal(path(r, 3), relay) {
+		t.Fatalf("path %v: went back to the loaded path for a 4 s pause", path(r, 3))
+	}
+	step(cfg.ReturnHold) // the load has really gone
+	if !slices.Equal(path(r, 3), direct) {
+		t.Fatalf("path %v, want direct after %v of gain", path(r, 3), 4*time.Second+cfg.ReturnHold)
+	}
+	// Left again, and only retried after ReturnWindow: Hold is enough.
+	tn.d[0][2] = 40 * ms
+	step(cfg.MinSwitchInterval + cfg.ReturnWindow + time.Second)
+	if !slices.Equal(path(r, 3), relay) {
+		t.Fatalf("path %v, want the relay", path(r, 3))
+	}
+	tn.d[0][2] = 5 * ms
+	step(4 * cfg.Hold)
+	if !slices.Equal(path(r, 3), direct) {
+		t.Fatalf("path %v: a path left %v ago still waits for the return hold", path(r, 3), cfg.ReturnWindow)
 	}
 }
 
