@@ -3,6 +3,7 @@ package routing
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"time"
@@ -36,12 +37,14 @@ type Config struct {
 	// switches of the settling period do not start it, so the first real
 	// change of a stable route is followed after Hold alone.
 	MinSwitchInterval time.Duration
-	// ReturnHold is how long a path left less than ReturnWindow ago must
-	// stay better before a switch back to it (instead of Hold). A link
-	// whose load pauses now and then (a TCP flow backing off after
-	// losses) looks idle for a few seconds at a time; without it the route
-	// would go back at every pause and then sit on the loaded link for
-	// MinSwitchInterval when the load resumes. 0 disables.
+	// ReturnHold is how long a path that was left because it got worse
+	// (or died) less than ReturnWindow ago must stay better before a
+	// switch back to it (instead of Hold). A link whose load pauses now
+	// and then (a TCP flow backing off after losses) looks idle for a few
+	// seconds at a time; without it the route would go back at every
+	// pause and then sit on the loaded link for MinSwitchInterval when
+	// the load resumes. A path left because another got better is not
+	// affected. 0 disables.
 	ReturnHold   time.Duration
 	ReturnWindow time.Duration
 	// HoldMargin is added to the exact path difference that a switch to
@@ -113,7 +116,8 @@ type dest struct {
 	switches     int
 	prevPath     []wire.SiteID
 	prevDelay    time.Duration
-	leftPath     []wire.SiteID // the path before the last switch
+	bestCost     time.Duration // the lowest cost of path since it was installed
+	leftPath     []wire.SiteID // the path before the last switch, if it had got worse
 	leftAt       time.Time     // when it was left
 	last         Switch
 	// backup is the best path avoiding the suspect links and sites while
@@ -265,6 +269,11 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 		d = &dest{firstSeen: now}
 		r.dests[id] = d
 	}
+	if d.path != nil {
+		if cm, ok := m.Measure(r.cfg.Weights, r.self, d.path); ok {
+			d.bestCost = min(d.bestCost, cm.Cost)
+		}
+	}
 	if pin, ok := r.pins[id]; ok {
 		if _, ok := m.Measure(r.cfg.Weights, r.self, pin); ok {
 			if !d.pinned || !slices.Equal(d.path, pin) {
@@ -333,8 +342,8 @@ func (r *Router) holdFor(gain time.Duration, best Metrics) time.Duration {
 	return r.cfg.Hold
 }
 
-// returning reports whether p is the path d left less than ReturnWindow
-// ago.
+// returning reports whether p is a path that d left because it got worse,
+// less than ReturnWindow ago.
 func (r *Router) returning(now time.Time, d *dest, p []wire.SiteID) bool {
 	return d.leftPath != nil && now.Sub(d.leftAt) < r.cfg.ReturnWindow && slices.Equal(p, d.leftPath)
 }
@@ -352,12 +361,20 @@ func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, pinned bool, r
 	d.prevPath, d.prevDelay = nil, 0
 	if d.path != nil {
 		d.switches++
-		d.leftPath, d.leftAt = d.path, now
-		if pm, ok := r.matrix.Measure(r.cfg.Weights, r.self, d.path); ok {
+		d.leftPath, d.leftAt = nil, now
+		pm, ok := r.matrix.Measure(r.cfg.Weights, r.self, d.path)
+		if ok {
 			d.prevPath, d.prevDelay = d.path, pm.Delay+r.cfg.HoldMargin
+		}
+		if !ok || pm.Cost-d.bestCost >= r.threshold(pm) {
+			d.leftPath = d.path // it died or got worse
 		}
 	}
 	d.path, d.pinned, d.since = s.To, pinned, now
+	d.bestCost = time.Duration(math.MaxInt64)
+	if nm, ok := r.matrix.Measure(r.cfg.Weights, r.self, d.path); ok {
+		d.bestCost = nm.Cost
+	}
 	if damp {
 		d.lastSwitch = now
 	}

@@ -471,3 +471,36 @@ func TestSettlingIgnoresTies(t *testing.T) {
 		t.Fatalf("no immediate switch on a 3 ms gain while settling: %+v, path %v", sw, path(r, 3))
 	}
 }
+
+// TestReturnHoldOnlyForWorsenedPaths: a path left because another got
+// better (the relay, when the direct link's load ends) is taken again
+// after Hold alone when the other gets worse (the load resumes).
+func TestReturnHoldOnlyForWorsenedPaths(t *testing.T) {
+	tn := leon() // 1 -> 3 direct 15.5 ms, via 2 10.1 ms
+	r, now := settled(t, tn)
+	cfg := DefaultConfig()
+	step := func(d time.Duration) {
+		for end := now.Add(d); now.Before(end); {
+			now = now.Add(50 * ms)
+			r.Update(now, tn.matrix(), addrsOf(3))
+		}
+	}
+	direct, relay := []wire.SiteID{3}, []wire.SiteID{2, 3}
+	if !slices.Equal(path(r, 3), relay) {
+		t.Fatalf("path %v, want the relay", path(r, 3))
+	}
+	tn.d[0][2] = 5 * ms // the direct link's load ends
+	step(time.Second)
+	if !slices.Equal(path(r, 3), direct) {
+		t.Fatalf("path %v, want direct", path(r, 3))
+	}
+	step(cfg.MinSwitchInterval)
+	tn.d[0][2] = 40 * ms // and resumes
+	start := now
+	for !slices.Equal(path(r, 3), relay) {
+		step(50 * ms)
+		if now.Sub(start) > cfg.Hold+200*ms {
+			t.Fatalf("not back on the relay %v after the direct link got worse (the return hold applied)", now.Sub(start))
+		}
+	}
+}
