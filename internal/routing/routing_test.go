@@ -284,6 +284,16 @@ func TestFlapDamping(t *testing.T) {
 	}
 }
 
+// runFor updates r on tn every 50 ms from now for d and returns the time
+// reached.
+func runFor(r *Router, tn *net, now time.Time, d time.Duration) time.Time {
+	for end := now.Add(d); now.Before(end); {
+		now = now.Add(50 * ms)
+		r.Update(now, tn.matrix(), addrsOf(tn.n))
+	}
+	return now
+}
+
 // TestReturnHold: a path left because it got worse is not taken again for
 // a pause in its load shorter than ReturnHold, but is after a longer one;
 // a path left more than ReturnWindow ago needs only Hold.
@@ -292,12 +302,7 @@ func TestReturnHold(t *testing.T) {
 	tn.d[0][2] = 5 * ms
 	r, now := settled(t, tn)
 	cfg := DefaultConfig()
-	step := func(d time.Duration) {
-		for end := now.Add(d); now.Before(end); {
-			now = now.Add(50 * ms)
-			r.Update(now, tn.matrix(), addrsOf(3))
-		}
-	}
+	step := func(d time.Duration) { now = runFor(r, tn, now, d) }
 	direct, relay := []wire.SiteID{3}, []wire.SiteID{2, 3}
 	if !slices.Equal(path(r, 3), direct) {
 		t.Fatalf("path %v, want direct", path(r, 3))
@@ -479,12 +484,7 @@ func TestReturnHoldOnlyForWorsenedPaths(t *testing.T) {
 	tn := leon() // 1 -> 3 direct 15.5 ms, via 2 10.1 ms
 	r, now := settled(t, tn)
 	cfg := DefaultConfig()
-	step := func(d time.Duration) {
-		for end := now.Add(d); now.Before(end); {
-			now = now.Add(50 * ms)
-			r.Update(now, tn.matrix(), addrsOf(3))
-		}
-	}
+	step := func(d time.Duration) { now = runFor(r, tn, now, d) }
 	direct, relay := []wire.SiteID{3}, []wire.SiteID{2, 3}
 	if !slices.Equal(path(r, 3), relay) {
 		t.Fatalf("path %v, want the relay", path(r, 3))
