@@ -45,11 +45,15 @@ type Explanation struct {
 	// PendingSince when it started to exceed it (zero if it does not).
 	Threshold    time.Duration
 	PendingSince time.Time
-	Hold         time.Duration
-	Settling     bool
-	Switches     int
-	LastSwitch   Switch
-	Reason       string
+	// Hold is how long that gain must last: Hold, four times it for a
+	// near tie, or the return hold for a path left because it got worse
+	// (Returning).
+	Hold       time.Duration
+	Returning  bool
+	Settling   bool
+	Switches   int
+	LastSwitch Switch
+	Reason     string
 }
 
 // Why explains the route to dst on the matrix of the last Update.
@@ -65,6 +69,10 @@ func (r *Router) Why(now time.Time, dst wire.SiteID) Explanation {
 	ex.PendingSince, ex.Switches, ex.LastSwitch = d.pendingSince, d.switches, d.last
 	ex.Settling = now.Sub(d.firstSeen) < r.cfg.Settle
 	best := m.ShortestPaths(r.cfg.Weights, r.self, r.cfg.MaxHops, r.noRelay)[dst]
+	if !d.pendingSince.IsZero() && d.pendingHold > 0 {
+		ex.Hold = d.pendingHold
+	}
+	ex.Returning = r.returning(now, d, best)
 	ex.Candidates = r.candidates(m, dst, d.path, best)
 	if len(ex.Candidates) > 0 {
 		ex.Threshold = r.threshold(r.metricsOf(m, ex.Candidates[0].Path))
@@ -143,8 +151,12 @@ func (r *Router) reason(now time.Time, ex Explanation, best []wire.SiteID) strin
 	if gain < ex.Threshold {
 		return fmt.Sprintf("kept by hysteresis: the best path is only %v better, below the %v threshold", gain.Round(time.Microsecond), ex.Threshold.Round(time.Microsecond))
 	}
-	if !ex.PendingSince.IsZero() {
-		return fmt.Sprintf("switch pending: the best path has been %v better for %v of the %v hold", gain.Round(time.Microsecond), now.Sub(ex.PendingSince), r.cfg.Hold)
+	if !ex.PendingSince.IsZero() && now.Sub(ex.PendingSince) < ex.Hold {
+		hold := "hold"
+		if ex.Returning {
+			hold = "return hold (this site left that path because it got worse)"
+		}
+		return fmt.Sprintf("switch pending: the best path has been %v better for %v of the %v %s", gain.Round(time.Microsecond), now.Sub(ex.PendingSince).Round(time.Millisecond), ex.Hold, hold)
 	}
 	return "switch delayed by flap damping"
 }

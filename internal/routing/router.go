@@ -57,9 +57,10 @@ type Config struct {
 }
 
 // DefaultConfig returns H = 3, max(0.5 ms, 1.8 %) held for 300 ms (10 s
-// to go back to a path left within the last minute), 3 s of settling, at
-// most one unforced switch per destination every 10 s, 1 ms of cost per
-// 1 % of loss, and links losing half their probes excluded.
+// to go back to a path left within the last minute because it got worse),
+// 3 s of settling, at most one unforced switch per destination every 10 s,
+// 1 ms of cost per 1 % of loss, and links losing half their probes
+// excluded.
 func DefaultConfig() Config {
 	return Config{
 		MaxHops:      3,
@@ -117,7 +118,7 @@ type dest struct {
 	prevPath     []wire.SiteID
 	prevDelay    time.Duration
 	bestCost     time.Duration // the lowest cost of path since it was installed
-	leftPath     []wire.SiteID // the path before the last switch, if it had got worse
+	leftPath     []wire.SiteID // the path before the last switch, if it died or got worse
 	leftAt       time.Time     // when it was left
 	last         Switch
 	// backup is the best path avoiding the suspect links and sites while
@@ -366,8 +367,12 @@ func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, pinned bool, r
 		if ok {
 			d.prevPath, d.prevDelay = d.path, pm.Delay+r.cfg.HoldMargin
 		}
-		if !ok || pm.Cost-d.bestCost >= r.threshold(pm) {
-			d.leftPath = d.path // it died or got worse
+		// It died, or got worse than its best since it was installed by
+		// twice the switching threshold (the best of noisy estimates is
+		// biased low, so a smaller rise is not taken as a change). The
+		// switches of the settling period only sort out first estimates.
+		if settled := now.Sub(d.firstSeen) >= r.cfg.Settle; settled && (!ok || pm.Cost-d.bestCost >= 2*r.threshold(pm)) {
+			d.leftPath = d.path
 		}
 	}
 	d.path, d.pinned, d.since = s.To, pinned, now

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -317,6 +318,9 @@ func TestReturnHold(t *testing.T) {
 	step(4 * time.Second)
 	if !slices.Equal(path(r, 3), relay) {
 		t.Fatalf("path %v: went back to the loaded path for a 4 s pause", path(r, 3))
+	}
+	if why := r.Why(now, 3); !why.Returning || why.Hold != cfg.ReturnHold || !strings.Contains(why.Reason, "return hold") {
+		t.Fatalf("why: returning %v, hold %v, reason %q; want the return hold explained", why.Returning, why.Hold, why.Reason)
 	}
 	step(cfg.ReturnHold) // the load has really gone
 	if !slices.Equal(path(r, 3), direct) {
