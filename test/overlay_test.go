@@ -849,8 +849,11 @@ func TestOverlayGarbageUDP(t *testing.T) {
 	if len(rtts) < 297 {
 		t.Errorf("ping under garbage: %d of 300 replies (more than 1 %% lost)", len(rtts))
 	}
-	if m := median(rtts); math.Abs(m-21) > 1 {
-		t.Errorf("ping under garbage: median %.3f ms, want 21 ± 1 (still via Inagi)", m)
+	// Via Inagi the round trip is 21 ms, direct 32 ms. The garbage costs
+	// the two agents CPU, which on a slow machine adds a millisecond or
+	// two; a median closer to 32 ms means the route moved.
+	if m := median(rtts); m < 20 || m > 24 {
+		t.Errorf("ping under garbage: median %.3f ms, want 20-24 ms (still via Inagi at 21 ms, not direct at 32 ms)", m)
 	}
 	for _, i := range []int{f, in} {
 		name := o.st.Sites[i].Name

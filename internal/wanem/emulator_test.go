@@ -185,3 +185,32 @@ func BenchmarkHeapPushPop(b *testing.B) {
 		}
 	}
 }
+
+// TestSchedulerLearnsItsLateness checks that the scheduler's estimate of
+// its wake-up lateness follows a steady lateness and that one stall cannot
+// push it past its bound.
+func TestSchedulerLearnsItsLateness(t *testing.T) {
+	s := &scheduler{}
+	for range 200 {
+		s.learnLateness(int64(80 * time.Microsecond))
+	}
+	if got := time.Duration(s.early); got < 75*time.Microsecond || got > 80*time.Microsecond {
+		t.Errorf("after 200 wake-ups 80 µs late, the estimate is %v, want 75-80 µs", got)
+	}
+	s.learnLateness(int64(time.Second))
+	if got := time.Duration(s.early); got > 80*time.Microsecond+maxLate/lateGain {
+		t.Errorf("one wake-up 1 s late moved the estimate to %v", got)
+	}
+	for range 500 {
+		s.learnLateness(int64(time.Second))
+	}
+	if got := time.Duration(s.early); got > maxLate || got < maxLate-time.Microsecond {
+		t.Errorf("after many stalls the estimate is %v, want just under the bound %v", got, maxLate)
+	}
+	for range 500 {
+		s.learnLateness(-int64(time.Millisecond))
+	}
+	if s.early != 0 || s.lateNS.Load() != 0 {
+		t.Errorf("after early wake-ups the estimate is %d ns, want 0", s.early)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -80,6 +81,14 @@ func (h *pktHeap) pop() *packet {
 // microseconds of a deadline (Go's own timers on Linux are rounded to a
 // millisecond). Producers wake it through an eventfd only when they queue
 // a packet due before the deadline it sleeps on.
+//
+// How late the kernel wakes a sleeping thread depends on the machine (a
+// few microseconds on bare metal, a few hundred in some virtual machines),
+// and every microsecond of it would add to the emulated delay. The
+// scheduler therefore measures its own lateness after every timed sleep
+// and sleeps that much less, delivering packets due within the expected
+// lateness at once: emulated delays are then right on average, on any
+// machine.
 type scheduler struct {
 	mu       sync.Mutex
 	heap     pktHeap
@@ -87,6 +96,27 @@ type scheduler struct {
 	sleeping int64 // deadline of the current sleep, 0 while awake
 	efd      int
 	deliver  func(p *packet, now int64)
+	// early is the expected wake-up lateness in nanoseconds: sleeps end
+	// this much before the next deadline. Only the scheduler's own thread
+	// writes it; lateNS mirrors it for readers of Truth.
+	early  int64
+	lateNS atomic.Int64
+}
+
+// Bounds of the wake-up lateness compensation: a single late wake-up (the
+// thread preempted, say) moves the estimate by at most maxLate/lateGain,
+// and the estimate never exceeds maxLate.
+const (
+	maxLate  = 500 * time.Microsecond
+	lateGain = 16
+)
+
+// learnLateness folds the lateness of one timed wake-up into the estimate.
+func (s *scheduler) learnLateness(late int64) {
+	late = min(max(late, -int64(maxLate)), int64(maxLate))
+	s.early += (late - s.early) / lateGain
+	s.early = min(max(s.early, 0), int64(maxLate))
+	s.lateNS.Store(s.early)
 }
 
 const batchSize = 64
@@ -151,7 +181,7 @@ func (s *scheduler) run(clock func() int64, stop <-chan struct{}) {
 	for {
 		now := clock()
 		var next int64
-		batch, next = s.popDue(now, batch[:0])
+		batch, next = s.popDue(now+s.early, batch[:0])
 		if len(batch) > 0 {
 			for _, p := range batch {
 				s.deliver(p, now)
@@ -164,12 +194,15 @@ func (s *scheduler) run(clock func() int64, stop <-chan struct{}) {
 		default:
 		}
 		var ts *unix.Timespec
+		wakeAt := next - s.early
 		if next != math.MaxInt64 {
-			t := unix.NsecToTimespec(next - now)
+			t := unix.NsecToTimespec(wakeAt - now)
 			ts = &t
 		}
 		if n, _ := unix.Ppoll(fds, ts, nil); n > 0 {
 			unix.Read(s.efd, buf)
+		} else if n == 0 && ts != nil {
+			s.learnLateness(clock() - wakeAt)
 		}
 		s.mu.Lock()
 		s.sleeping = 0

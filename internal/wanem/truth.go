@@ -40,6 +40,10 @@ type Truth struct {
 	UptimeS    float64     `json:"uptime_s"`
 	Links      []LinkTruth `json:"links"`
 	Unroutable uint64      `json:"unroutable"`
+	// WakeLateUS is how late, on average over the sites, the kernel wakes
+	// the emulator's schedulers after a timed sleep; the schedulers sleep
+	// that much less, so it does not add to the emulated delays.
+	WakeLateUS float64 `json:"wake_late_us"`
 }
 
 func nsToMS(d float64) float64 { return float64(int64(d/1e3)) / 1e3 }
@@ -48,6 +52,9 @@ func nsToMS(d float64) float64 { return float64(int64(d/1e3)) / 1e3 }
 func (e *Emulator) Truth() Truth {
 	now := e.clock()
 	t := Truth{UptimeS: e.Uptime().Seconds(), Unroutable: e.unroutable.Load()}
+	for _, s := range e.sched {
+		t.WakeLateUS += float64(s.lateNS.Load()) / 1e3 / float64(len(e.sched))
+	}
 	for a, row := range e.links {
 		for b, ls := range row {
 			if ls != nil {
