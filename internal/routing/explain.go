@@ -45,7 +45,7 @@ type Explanation struct {
 	// PendingSince when it started to exceed it (zero if it does not).
 	Threshold    time.Duration
 	PendingSince time.Time
-	// Hold is how long that gain must last: Hold, four times it for a
+	// Hold is how long that gain must last: Hold, NearTieHold for a
 	// near tie, or the return hold for a path left because it got worse
 	// (Returning).
 	Hold       time.Duration
@@ -153,6 +153,9 @@ func (r *Router) reason(now time.Time, ex Explanation, best []wire.SiteID) strin
 	}
 	if !ex.PendingSince.IsZero() && now.Sub(ex.PendingSince) < ex.Hold {
 		hold := "hold"
+		if ex.Hold == r.cfg.NearTieHold && ex.Hold > r.cfg.Hold {
+			hold = "hold for a gain within twice the threshold (a near tie)"
+		}
 		if ex.Returning {
 			hold = "return hold (this site left that path because it got worse)"
 		}

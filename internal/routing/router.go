@@ -27,6 +27,14 @@ type Config struct {
 	GainFraction float64
 	// Hold is how long a better path must stay better before the switch.
 	Hold time.Duration
+	// NearTieHold is how long a gain below twice the threshold must last
+	// instead: such a gain is within the noise of two nearly equal paths
+	// of several links each, and the noise of a link's estimate lasts as
+	// long as the estimator's window (a burst of delay stays in the lower
+	// half of the window for up to 5 s). Holding longer than the window
+	// means one noisy window cannot move a route; real changes of
+	// several milliseconds are still followed after Hold.
+	NearTieHold time.Duration
 	// Settle is how long after a destination first becomes reachable its
 	// route follows the best path without hysteresis, while the link
 	// matrix fills in.
@@ -56,8 +64,9 @@ type Config struct {
 	Weights    Weights
 }
 
-// DefaultConfig returns H = 3, max(0.5 ms, 1.8 %) held for 300 ms (10 s
-// to go back to a path left within the last minute because it got worse),
+// DefaultConfig returns H = 3, max(0.5 ms, 1.8 %) held for 300 ms (6 s
+// for a gain below twice that, 10 s to go back to a path left within the
+// last minute because it got worse),
 // 3 s of settling, at most one unforced switch per destination every 10 s,
 // 1 ms of cost per 1 % of loss, and links losing half their probes
 // excluded.
@@ -67,6 +76,7 @@ func DefaultConfig() Config {
 		MinGain:      500 * time.Microsecond,
 		GainFraction: 0.018,
 		Hold:         300 * time.Millisecond,
+		NearTieHold:  6 * time.Second,
 		Settle:       3 * time.Second,
 		// A link oscillating around the switching threshold would
 		// otherwise move a route at every swing; ZeroTier waits 15 s.
@@ -85,7 +95,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("routing: max hops %d not in 1..%d", c.MaxHops, wire.MaxPath)
 	case c.MinGain < 0 || c.GainFraction < 0 || c.GainFraction >= 1:
 		return errors.New("routing: switching gain must be non-negative and the fraction below 1")
-	case c.Hold < 0 || c.Settle < 0 || c.MinSwitchInterval < 0 || c.ReturnHold < 0 || c.ReturnWindow < 0 || c.HoldMargin < 0 || c.HoldMargin > time.Millisecond:
+	case c.Hold < 0 || c.NearTieHold < 0 || c.Settle < 0 || c.MinSwitchInterval < 0 || c.ReturnHold < 0 || c.ReturnWindow < 0 || c.HoldMargin < 0 || c.HoldMargin > time.Millisecond:
 		return errors.New("routing: negative hold, settle, damping or return time, or a hold margin outside 0..1 ms")
 	case c.Weights.LossPenalty < 0 || c.Weights.MaxLoss < 0 || c.Weights.MaxLoss > 1:
 		return errors.New("routing: loss penalty must be non-negative and max loss in 0..1")
@@ -333,12 +343,11 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 }
 
 // holdFor is how long a gain must last before a switch: Hold for a clear
-// gain, four times as long for one within twice the threshold, where
-// measurement noise between two nearly equal paths (a tie) could produce
-// it; real changes of several milliseconds are still followed after Hold.
+// gain, NearTieHold for one within twice the threshold, where measurement
+// noise between two nearly equal paths (a tie) could produce it.
 func (r *Router) holdFor(gain time.Duration, best Metrics) time.Duration {
 	if gain < 2*r.threshold(best) {
-		return 4 * r.cfg.Hold
+		return max(r.cfg.NearTieHold, r.cfg.Hold)
 	}
 	return r.cfg.Hold
 }

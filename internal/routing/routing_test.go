@@ -508,3 +508,32 @@ func TestReturnHoldOnlyForWorsenedPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestNearTieHold: a gain below twice the threshold, the noise of two
+// nearly equal paths, moves a route only after lasting NearTieHold; a
+// burst shorter than that moves nothing.
+func TestNearTieHold(t *testing.T) {
+	tn := leon() // 1 -> 3 direct 15.5 ms, via 2 10.1 ms
+	r, now := settled(t, tn)
+	cfg := DefaultConfig()
+	step := func(d time.Duration) { now = runFor(r, tn, now, d) }
+	direct, relay := []wire.SiteID{3}, []wire.SiteID{2, 3}
+	if !slices.Equal(path(r, 3), relay) {
+		t.Fatalf("path %v, want the relay", path(r, 3))
+	}
+	tn.d[0][2] = 9400 * time.Microsecond // 0.7 ms better: a near tie
+	step(cfg.NearTieHold - time.Second)
+	if why := r.Why(now, 3); why.Hold != cfg.NearTieHold || !strings.Contains(why.Reason, "near tie") {
+		t.Errorf("why: hold %v, reason %q; want the near-tie hold explained", why.Hold, why.Reason)
+	}
+	tn.d[0][2] = 15500 * time.Microsecond // the burst ends
+	step(time.Second)
+	if !slices.Equal(path(r, 3), relay) {
+		t.Fatalf("path %v: moved by a %v burst of 0.7 ms gain", path(r, 3), cfg.NearTieHold-time.Second)
+	}
+	tn.d[0][2] = 9400 * time.Microsecond // and now for good
+	step(cfg.NearTieHold + 100*ms)
+	if !slices.Equal(path(r, 3), direct) {
+		t.Fatalf("path %v, want direct after %v of 0.7 ms gain", path(r, 3), cfg.NearTieHold)
+	}
+}
