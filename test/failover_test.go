@@ -363,7 +363,7 @@ func forcedSwitches(t *testing.T, o *overlay) {
 	echo := stop()
 	names := []string{"reordered", "seq_gaps", "drop_duplicate", "frames_out", "packets_received"}
 	d := ctrDelta(c0, o.siteCounters(t, "B"), names...)
-	da := ctrDelta(a0, o.siteCounters(t, "A"), "holds", "held", "drop_hold_overflow", "packets_sent")
+	da := ctrDelta(a0, o.siteCounters(t, "A"), "holds", "held", "holds_late", "drop_hold_overflow", "packets_sent")
 	rt := retrans(t, ns) - r0
 	worst, answered := echo.maxRTT(begin, end)
 	_, lost := echo.outage(begin, end, 10*time.Millisecond)
@@ -389,8 +389,8 @@ func forcedSwitches(t *testing.T, o *overlay) {
 	slowMed := median(slow)
 	t.Logf("forced switches: %d in %v under iperf3 -b 50M (%.1f Mbit/s, %d retransmits by iperf3, %d TcpRetransSegs by nstat in A's host)",
 		switches, end.Sub(begin).Round(time.Millisecond), rep.mbps, rep.retransmits, rt)
-	t.Logf("forced switches: at B's gateway reordered %d, seq_gaps %d, drop_duplicate %d; at A's gateway holds %d, held %d packets, hold overflow %d",
-		d["reordered"], d["seq_gaps"], d["drop_duplicate"], da["holds"], da["held"], da["drop_hold_overflow"])
+	t.Logf("forced switches: at B's gateway reordered %d, seq_gaps %d, drop_duplicate %d; at A's gateway holds %d (released over 1 ms late %d), held %d packets, hold overflow %d",
+		d["reordered"], d["seq_gaps"], d["drop_duplicate"], da["holds"], da["holds_late"], da["held"], da["drop_hold_overflow"])
 	t.Logf("forced switches: echo every 10 ms: %d answered, %d lost; slower path's RTT (40 ms there, 30 back) in steady state median %.2f ms; largest RTT of a request sent within 50 ms after a switch to the shorter path %.2f ms, largest overall %.2f ms",
 		answered, lost, slowMed, float64(atSwitch)/1e6, float64(worst)/1e6)
 	if !rep.ok {

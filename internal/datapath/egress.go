@@ -186,7 +186,7 @@ func (g *egress) emit(dst wire.SiteID, rt *routing.Route, m transport.Message) {
 		d.use(rt)
 	}
 	d.last = now
-	if d.hold.enqueue(g.e, m) {
+	if d.hold.enqueue(g.e, m, now) {
 		return
 	}
 	g.msgs = append(g.msgs, m)

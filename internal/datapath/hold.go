@@ -74,24 +74,37 @@ func (d *dest) use(r *routing.Route) {
 	d.delay = r.Delay
 }
 
-// holdQueue keeps the packets of one destination during a switch. Its
-// timer releases them; the egress loop appends while it is active.
+// holdQueue keeps the packets of one destination during a switch. A timer
+// releases them at the deadline; if a packet for the destination comes
+// after the deadline first, the egress loop releases them itself, so a
+// busy flow never waits for a late timer.
 type holdQueue struct {
 	mu     sync.Mutex
 	active bool
 	until  int64
+	gen    uint64 // counts holds, so a late timer cannot end a later hold
 	msgs   []transport.Message
 }
+
+// lateRelease is how late after its deadline a release counts as late
+// (Stats.HoldsLate): the hold margin is 0.5 ms.
+const lateRelease = int64(time.Millisecond)
 
 // bufPool recycles the buffers of held packets.
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, Headroom+2048+Tailroom); return &b }}
 
-// enqueue copies m into the queue if it is active and reports whether it
-// did. A full queue drops the packet (and reports it taken).
-func (q *holdQueue) enqueue(e *Engine, m transport.Message) bool {
+// enqueue copies m into the queue if a hold is active at now and reports
+// whether it did. A hold whose deadline has passed is released first, and
+// m is then not taken. A full queue drops the packet (and reports it
+// taken).
+func (q *holdQueue) enqueue(e *Engine, m transport.Message, now int64) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !q.active {
+		return false
+	}
+	if now >= q.until {
+		q.flush(e, now)
 		return false
 	}
 	if len(q.msgs) >= maxHeld {
@@ -110,15 +123,28 @@ func (q *holdQueue) enqueue(e *Engine, m transport.Message) bool {
 func (q *holdQueue) start(e *Engine, now, until int64) {
 	q.mu.Lock()
 	q.active, q.until = true, until
+	q.gen++
+	gen := q.gen
 	q.mu.Unlock()
 	e.stats.Holds.Add(1)
-	time.AfterFunc(time.Duration(until-now), func() { q.release(e) })
+	time.AfterFunc(time.Duration(until-now), func() { q.release(e, gen) })
 }
 
-// release sends the held packets, in order, and deactivates the queue.
-func (q *holdQueue) release(e *Engine) {
+// release ends hold number gen, if it is still active.
+func (q *holdQueue) release(e *Engine, gen uint64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.active && q.gen == gen {
+		q.flush(e, e.now())
+	}
+}
+
+// flush sends the held packets, in order, and deactivates the queue. The
+// caller holds q.mu.
+func (q *holdQueue) flush(e *Engine, now int64) {
+	if now-q.until > lateRelease {
+		e.stats.HoldsLate.Add(1)
+	}
 	if len(q.msgs) > 0 {
 		e.send(q.msgs)
 	}

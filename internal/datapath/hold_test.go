@@ -157,3 +157,38 @@ func TestBackupPathCarriesACopyTheDestinationDrops(t *testing.T) {
 		t.Errorf("duplicated %d, relayed by b %d; want 5 and 5", a.eng.Stats().Duplicated.Load(), b.eng.Stats().Relayed.Load())
 	}
 }
+
+// TestHoldEndsAtTheFirstPacketAfterItsDeadline: a packet that comes after
+// the deadline releases the held ones itself (a busy flow does not wait
+// for a late timer), and a late timer of one hold cannot end the next.
+func TestHoldEndsAtTheFirstPacketAfterItsDeadline(t *testing.T) {
+	e, _, rc := holdEngine()
+	q := &holdQueue{}
+	now := time.Now().UnixNano()
+	hour := int64(time.Hour) // the timers do not fire during the test
+	m := transport.Message{Buf: make([]byte, 64), N: 64, Addr: addr2}
+	q.start(e, now, now+hour)
+	if !q.enqueue(e, m, now+1) {
+		t.Fatal("a packet during the hold was not held")
+	}
+	if q.enqueue(e, m, now+hour+int64(2*time.Millisecond)) {
+		t.Fatal("a packet after the deadline was held")
+	}
+	select {
+	case p := <-rc.sent:
+		if p.to != addr2 {
+			t.Errorf("held packet sent to %v, want %v", p.to, addr2)
+		}
+	default:
+		t.Fatal("the held packet was not sent when the deadline had passed")
+	}
+	if got := e.stats.HoldsLate.Load(); got != 1 {
+		t.Errorf("holds_late %d after a release 2 ms late, want 1", got)
+	}
+	first := q.gen
+	q.start(e, now, now+hour)
+	q.release(e, first)
+	if !q.enqueue(e, m, now+1) {
+		t.Fatal("the first hold's timer ended the second hold")
+	}
+}

@@ -22,6 +22,7 @@ type Stats struct {
 	SeqGaps         atomic.Uint64 // sequence numbers skipped (lost packets, unless they arrive later as reordered)
 	Holds           atomic.Uint64 // switches to a shorter path that held packets back
 	Held            atomic.Uint64 // packets held back during such switches
+	HoldsLate       atomic.Uint64 // holds released more than 1 ms after their deadline
 
 	DropMalformed      atomic.Uint64 // unparsable datagrams or frames
 	DropMisdirected    atomic.Uint64 // data packets whose current receiver is not this site
@@ -55,6 +56,7 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"seq_gaps":             s.SeqGaps.Load(),
 		"holds":                s.Holds.Load(),
 		"held":                 s.Held.Load(),
+		"holds_late":           s.HoldsLate.Load(),
 		"drop_malformed":       s.DropMalformed.Load(),
 		"drop_misdirected":     s.DropMisdirected.Load(),
 		"drop_no_route":        s.DropNoRoute.Load(),
