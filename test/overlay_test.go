@@ -740,12 +740,29 @@ func TestOverlaySteadyJitter(t *testing.T) {
 		for d, p := range last[i].paths {
 			if p != first[i].paths[d] || last[i].changes[d] != first[i].changes[d] {
 				t.Errorf("%s -> %s: path %q -> %q, changes %d -> %d", o.st.Sites[i].Name, d, first[i].paths[d], p, first[i].changes[d], last[i].changes[d])
+				o.logRouteChanges(t, o.st.Sites[i].Name)
 			}
 		}
 	}
 	t.Logf("steady-jitter: %d route switches over %d s on %d sites (%d routes)", total, secs, n, n*(n-1))
 	if total != 0 {
 		t.Errorf("%d route switches during %d s of steady 1 ms jitter, want 0", total, secs)
+	}
+}
+
+// logRouteChanges logs the route changes a site's agent wrote to its log,
+// with their reasons.
+func (o *overlay) logRouteChanges(t *testing.T, site string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(o.dir, "agent-"+strings.ReplaceAll(strings.ToLower(site), "-", "_")+".log"))
+	if err != nil {
+		t.Logf("%s: no agent log: %v", site, err)
+		return
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "route changed") {
+			t.Logf("%s: %s", site, l)
+		}
 	}
 }
 
