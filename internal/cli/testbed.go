@@ -353,7 +353,11 @@ func tbTruth(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%g\t%s\t%.3f\t%.3f\t%d\t%d\t\n", l.From, l.To, l.DelayMS, l.JitterMS,
 			l.LossPct, l.Rate, l.QueueMS, l.MeasuredMS, l.Delivered, l.Lost+l.QueueDrops)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "emulator wake-up lateness %.1f µs (compensated)\n", t.WakeLateUS)
+	return err
 }
 
 func tbTraffic(args []string, stdout, stderr io.Writer) error {
