@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -48,6 +49,15 @@ func RunEmulator(dir string) error {
 	if err != nil {
 		return err
 	}
+	// Every site has a reader and a scheduler that spend their time
+	// blocked in read and ppoll. A thread returning from a system call
+	// needs a P to go on; with fewer Ps than such threads it may wait
+	// for the runtime's monitor to take one back from a thread still
+	// blocked, which it does only every 10 ms when the process is
+	// otherwise quiet: a packet then arrives 10 ms late. One P per
+	// thread (and two for the control socket and traffic) removes the
+	// wait; the threads still need CPU only when packets move.
+	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), 2*len(ports)+2))
 	em.Start()
 	tm := newTrafficManager(dir, st, sc)
 	defer tm.stopAll()
