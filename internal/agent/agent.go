@@ -372,11 +372,16 @@ func (a *Agent) flush() {
 	a.mu.Lock()
 	out := a.node.Outbox()
 	msgs := make([]transport.Message, len(out))
+	// Probes and replies carry the time they leave, not the time the
+	// node built them: on a busy gateway the two can be milliseconds
+	// apart, which would read as link delay.
+	now := a.clock.Now()
 	for i, o := range out {
+		wire.Restamp(o.Payload, now.UnixNano())
 		msgs[i] = transport.Message{Buf: o.Payload, N: len(o.Payload), Addr: o.To}
 	}
 	if a.sec != nil && len(msgs) > 0 {
-		msgs = a.sec.seal(a.clock.Now(), msgs, a.memberAddrs, a.sendNow)
+		msgs = a.sec.seal(now, msgs, a.memberAddrs, a.sendNow)
 	}
 	t := a.node.Table()
 	changes := a.describeSwitches(a.node.Switches())

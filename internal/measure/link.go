@@ -76,19 +76,27 @@ func (l *Link) Probe(now time.Time) (seq uint32, stamp int64) {
 	return l.seq, stamp
 }
 
+// MaxRestamp is how much later than recorded by Probe the echoed send
+// time t1 of a reply may be: the sender's I/O shell restamps each probe
+// just before it leaves (wire.Restamp), so that the time a busy sender
+// took to send it is not measured as delay.
+const MaxRestamp = time.Second
+
 // OnReply takes a reply received at now and adds its samples: the
 // offset-shifted one-way delay t2 − t1 and the round trip
-// (t4 − t1) − (t3 − t2).
+// (t4 − t1) − (t3 − t2), with t1 as echoed by the reply (the restamped
+// send time, within MaxRestamp of the recorded one).
 func (l *Link) OnReply(now time.Time, r *wire.ProbeReply) error {
 	p := &l.ring[r.Seq%ringLen]
-	if p.seq != r.Seq || p.stamp != r.ProbeSendTime || p.at.IsZero() {
+	late := time.Duration(r.ProbeSendTime - p.stamp)
+	if p.seq != r.Seq || late < 0 || late > MaxRestamp || p.at.IsZero() {
 		return ErrUnknownProbe
 	}
 	if p.replied {
 		return ErrDuplicate
 	}
 	hold := time.Duration(r.ReplySendTime - r.ProbeRecvTime)
-	rtt := now.Sub(p.at) - hold
+	rtt := now.Sub(p.at.Add(late)) - hold
 	if hold < 0 || rtt < 0 {
 		return ErrBadTimes
 	}

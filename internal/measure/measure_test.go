@@ -155,6 +155,35 @@ func TestLinkLossAndBadReplies(t *testing.T) {
 	}
 }
 
+// TestLinkTakesARestampedSendTime: a probe that left 3 ms after it was
+// recorded (a busy sender, restamped by its I/O shell) is measured from
+// when it left; an echoed send time before the recorded one or more than
+// MaxRestamp after it is not a reply to that probe.
+func TestLinkTakesARestampedSendTime(t *testing.T) {
+	l := NewLink(DefaultConfig())
+	now := t0
+	const late, fwd, back = 3 * time.Millisecond, 10 * time.Millisecond, 12 * time.Millisecond
+	for range 20 {
+		seq, stamp := l.Probe(now)
+		left := stamp + int64(late)
+		r := wire.ProbeReply{Seq: seq, ProbeSendTime: left, ProbeRecvTime: left + int64(fwd), ReplySendTime: left + int64(fwd)}
+		if err := l.OnReply(now.Add(late+fwd+back), &r); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(100 * time.Millisecond)
+	}
+	if s := l.Stats(now); s.Delay != fwd || s.RTT != fwd+back {
+		t.Errorf("delay %v, rtt %v; want %v and %v, measured from when the probes left", s.Delay, s.RTT, fwd, fwd+back)
+	}
+	for _, off := range []time.Duration{-time.Nanosecond, MaxRestamp + time.Nanosecond} {
+		seq, stamp := l.Probe(now)
+		r := wire.ProbeReply{Seq: seq, ProbeSendTime: stamp + int64(off), ProbeRecvTime: stamp + int64(fwd), ReplySendTime: stamp + int64(fwd)}
+		if err := l.OnReply(now.Add(fwd+back), &r); err != ErrUnknownProbe {
+			t.Errorf("echoed send time %v from the recorded one: %v, want ErrUnknownProbe", off, err)
+		}
+	}
+}
+
 func BenchmarkFilterAdd(b *testing.B) {
 	f := NewFilter(DefaultFilterConfig())
 	now := t0

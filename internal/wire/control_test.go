@@ -199,6 +199,10 @@ func FuzzControl(f *testing.F) {
 	f.Add(mb)
 	f.Add(AppendLeave(nil, &Leave{Sender: 1, Incarnation: 2}))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		restamped := append([]byte(nil), b...)
+		if Restamp(restamped, 1<<40) && parseAny(restamped) != parseAny(b) {
+			t.Fatalf("restamping changed whether %x parses", b)
+		}
 		if parseAny(b) != nil {
 			return
 		}
@@ -260,5 +264,34 @@ func checkReencode(t *testing.T, b []byte) {
 	}
 	if len(out) > len(b) || !bytes.Equal(out[CommonHeaderLen:], b[CommonHeaderLen:len(out)]) {
 		t.Fatalf("re-encoding differs:\n in %x\nout %x", b, out)
+	}
+}
+
+// TestRestamp: a probe gets its t1 replaced, a reply its t3 (never before
+// its t2), and any other datagram is left alone.
+func TestRestamp(t *testing.T) {
+	pb := AppendProbe(nil, &Probe{Sender: 1, Receiver: 2, Seq: 7, SendTime: 100})
+	if !Restamp(pb, 250) {
+		t.Fatal("probe not restamped")
+	}
+	var p Probe
+	if err := ParseProbe(pb, &p); err != nil || p.SendTime != 250 || p.Seq != 7 {
+		t.Errorf("restamped probe %+v, %v; want send time 250", p, err)
+	}
+	rb := AppendProbeReply(nil, &ProbeReply{Sender: 2, Receiver: 1, Seq: 7, ProbeSendTime: 100, ProbeRecvTime: 300, ReplySendTime: 300})
+	for _, c := range []struct{ at, want int64 }{{400, 400}, {200, 400}} {
+		if !Restamp(rb, c.at) {
+			t.Fatal("reply not restamped")
+		}
+		var r ProbeReply
+		if err := ParseProbeReply(rb, &r); err != nil || r.ReplySendTime != c.want || r.ProbeSendTime != 100 || r.ProbeRecvTime != 300 {
+			t.Errorf("reply restamped at %d: %+v, %v; want t3 %d", c.at, r, err, c.want)
+		}
+	}
+	for _, b := range [][]byte{nil, {Magic}, {Magic, Version, byte(TypeProbe), 0, 1, 2}, AppendProbe(nil, &Probe{Sender: 1, Receiver: 2})[:ProbeLen-1]} {
+		orig := append([]byte(nil), b...)
+		if Restamp(b, 5) || string(b) != string(orig) {
+			t.Errorf("Restamp changed or accepted %x", orig)
+		}
 	}
 }

@@ -132,6 +132,31 @@ func ParseProbeReply(b []byte, r *ProbeReply) error {
 	return nil
 }
 
+// Restamp sets the send time of the probe or probe reply encoded in b to
+// t: t1 of a probe, t3 of a reply. A sender calls it just before the
+// datagram leaves, so that the time a busy sender took between building
+// the message and sending it is not measured as network delay (the
+// prober accepts an echoed t1 later than the one it recorded; see
+// measure.Link.OnReply). A reply's t3 is never set before its t2. It
+// reports whether b was a probe or probe reply; anything else is left
+// unchanged.
+func Restamp(b []byte, t int64) bool {
+	typ, _, err := ParseCommon(b)
+	switch {
+	case err != nil:
+		return false
+	case typ == TypeProbe && len(b) >= ProbeLen:
+		be.PutUint64(b[16:], uint64(t))
+		return true
+	case typ == TypeProbeReply && len(b) >= ProbeReplyLen:
+		if t > int64(be.Uint64(b[24:])) {
+			be.PutUint64(b[32:], uint64(t))
+		}
+		return true
+	}
+	return false
+}
+
 // expect checks the common header of b for type t and a minimum length n.
 // Trailing bytes beyond n are allowed so that later versions can extend a
 // message.
