@@ -110,6 +110,13 @@ type Metrics struct {
 	Cost time.Duration
 	// RTT is the sum of the links' round trips.
 	RTT time.Duration
+	// OneWay is the path's one-way latency as well as it can be told
+	// without synchronised clocks: the smaller of half its links' round
+	// trips and, for a relayed path, half the direct link's round trip
+	// plus the path's offset-free difference to it. On asymmetric links
+	// half the round trips of a relayed path can exceed its one-way
+	// latency by more than a tenth.
+	OneWay time.Duration
 	// Delivery is the probability that a packet crosses every link.
 	Delivery float64
 }
@@ -152,6 +159,12 @@ func (m *Matrix) Measure(w Weights, src wire.SiteID, path []wire.SiteID) (Metric
 		mt.RTT += e.RTT
 		mt.Delivery *= 1 - e.Loss
 		prev = hop
+	}
+	mt.OneWay = mt.RTT / 2
+	if d, ok := m.Edge(src, prev); ok && len(path) > 1 && d.RTT > 0 {
+		if via := d.RTT/2 + mt.Delay - d.Delay; via > 0 {
+			mt.OneWay = min(mt.OneWay, via)
+		}
 	}
 	return mt, len(path) > 0
 }

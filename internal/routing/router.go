@@ -17,8 +17,9 @@ type Config struct {
 	MaxHops int
 	// MinGain and GainFraction: a path replaces the current one only if it
 	// is better by at least max(MinGain, GainFraction × its one-way
-	// latency), the one-way latency being estimated as half the sum of its
-	// links' round trips. The oracle check's bound is max(0.5 ms, 2 %);
+	// latency) (Metrics.OneWay: half the round trips, or less where the
+	// direct link's round trip and the offset-free path difference say
+	// so). The oracle check's bound is max(0.5 ms, 2 %);
 	// switching at 1.8 % keeps a kept path inside it although the
 	// estimates err by a few tenths of a millisecond per path (each
 	// measured link reads about 0.1 ms high on a loaded gateway, so a path
@@ -226,9 +227,10 @@ func (r *Router) Forbidden() []wire.SiteID {
 
 func (r *Router) noRelay(id wire.SiteID) bool { return r.forbidden[id] }
 
-// threshold is the gain a path p needs over the current path.
+// threshold is the gain a path p needs over the current path: a fraction
+// of p's one-way latency, at least MinGain.
 func (r *Router) threshold(p Metrics) time.Duration {
-	return max(r.cfg.MinGain, time.Duration(r.cfg.GainFraction*float64(p.RTT/2)))
+	return max(r.cfg.MinGain, time.Duration(r.cfg.GainFraction*float64(p.OneWay)))
 }
 
 // usable checks that a path still works and obeys the relay policy.

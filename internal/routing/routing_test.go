@@ -537,3 +537,30 @@ func TestNearTieHold(t *testing.T) {
 		t.Fatalf("path %v, want direct after %v of 0.7 ms gain", path(r, 3), cfg.NearTieHold)
 	}
 }
+
+// TestThresholdUsesTheOneWayLatency: on asymmetric links half the round
+// trips of a relayed path overstate its one-way latency, and so its
+// switching threshold; the direct link's round trip and the offset-free
+// difference give the smaller, right figure.
+func TestThresholdUsesTheOneWayLatency(t *testing.T) {
+	tn := &net{n: 3, offset: []time.Duration{0, 3 * ms, -2 * ms}, d: [][]time.Duration{
+		{0, 37 * ms, 49500 * time.Microsecond},
+		{75 * ms, 0, 11 * ms},
+		{49500 * time.Microsecond, 11 * ms, 0},
+	}}
+	m := tn.matrix()
+	relay, _ := m.Measure(DefaultConfig().Weights, 1, []wire.SiteID{2, 3})
+	// One way 48 ms; half the round trips (37+75 + 11+11)/2 = 67 ms.
+	if relay.RTT/2 != 67*ms || relay.OneWay != 48*ms {
+		t.Fatalf("relay: half the round trips %v, one way %v; want 67 ms and 48 ms", relay.RTT/2, relay.OneWay)
+	}
+	cfg := DefaultConfig()
+	r := NewRouter(cfg, 1)
+	if got, want := r.threshold(relay), time.Duration(cfg.GainFraction*float64(48*ms)); got != want {
+		t.Errorf("threshold %v, want 1.8 %% of the one-way 48 ms: %v", got, want)
+	}
+	direct, _ := m.Measure(DefaultConfig().Weights, 1, []wire.SiteID{3})
+	if direct.OneWay != 49500*time.Microsecond {
+		t.Errorf("direct one way %v, want half its round trip, 49.5 ms", direct.OneWay)
+	}
+}
