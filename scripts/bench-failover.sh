@@ -19,7 +19,7 @@ log=results/bench-failover-$(date +%Y%m%d-%H%M%S).log
 run=${1:-'TestFailover(|Lanman2017)$'}
 echo "bench-failover: go test -run '$run' (log: $log)"
 set +e
-DETOUR_BIN=$bin DETOUR_FAILOVER_SWITCHES=${DETOUR_FAILOVER_SWITCHES:-100} \
+DETOUR_BIN=$bin DETOUR_TIMING_TESTS=1 DETOUR_FAILOVER_SWITCHES=${DETOUR_FAILOVER_SWITCHES:-100} \
 	DETOUR_FAILOVER_TRIALS=${DETOUR_FAILOVER_TRIALS:-20} DETOUR_FLAP_SECONDS=${DETOUR_FLAP_SECONDS:-300} \
 	DETOUR_FAILOVER_LANMAN=1 \
 	go test -tags netns -count=1 -p 1 -timeout 40m -v -run "$run" ./test/ 2>&1 | tee "$log" |
