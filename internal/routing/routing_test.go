@@ -295,19 +295,36 @@ func runFor(r *Router, tn *net, now time.Time, d time.Duration) time.Time {
 	return now
 }
 
+// leonRun is a settled router of site 1 on leon(), whose 1 -> 3 direct
+// link is given; step runs it for a while.
+type leonRun struct {
+	tn            *net
+	r             *Router
+	now           time.Time
+	direct, relay []wire.SiteID
+}
+
+func newLeonRun(t *testing.T, direct time.Duration, want string) *leonRun {
+	t.Helper()
+	tn := leon() // 1 -> 3 direct 15.5 ms, via 2 10.1 ms
+	tn.d[0][2] = direct
+	l := &leonRun{tn: tn, direct: []wire.SiteID{3}, relay: []wire.SiteID{2, 3}}
+	l.r, l.now = settled(t, tn)
+	if w := map[string][]wire.SiteID{"direct": l.direct, "relay": l.relay}[want]; !slices.Equal(path(l.r, 3), w) {
+		t.Fatalf("path %v, want %s", path(l.r, 3), want)
+	}
+	return l
+}
+
+func (l *leonRun) step(d time.Duration) { l.now = runFor(l.r, l.tn, l.now, d) }
+
 // TestReturnHold: a path left because it got worse is not taken again for
 // a pause in its load shorter than ReturnHold, but is after a longer one;
 // a path left more than ReturnWindow ago needs only Hold.
 func TestReturnHold(t *testing.T) {
-	tn := leon() // 1 -> 3 direct 15.5 ms, via 2 10.1 ms
-	tn.d[0][2] = 5 * ms
-	r, now := settled(t, tn)
+	l := newLeonRun(t, 5*ms, "direct")
+	tn, r, step, direct, relay := l.tn, l.r, l.step, l.direct, l.relay
 	cfg := DefaultConfig()
-	step := func(d time.Duration) { now = runFor(r, tn, now, d) }
-	direct, relay := []wire.SiteID{3}, []wire.SiteID{2, 3}
-	if !slices.Equal(path(r, 3), direct) {
-		t.Fatalf("path %v, want direct", path(r, 3))
-	}
 	tn.d[0][2] = 40 * ms // loaded
 	step(time.Second)
 	if !slices.Equal(path(r, 3), relay) {
@@ -319,7 +336,7 @@ func TestReturnHold(t *testing.T) {
 	if !slices.Equal(path(r, 3), relay) {
 		t.Fatalf("path %v: went back to the loaded path for a 4 s pause", path(r, 3))
 	}
-	if why := r.Why(now, 3); !why.Returning || why.Hold != cfg.ReturnHold || !strings.Contains(why.Reason, "return hold") {
+	if why := r.Why(l.now, 3); !why.Returning || why.Hold != cfg.ReturnHold || !strings.Contains(why.Reason, "return hold") {
 		t.Fatalf("why: returning %v, hold %v, reason %q; want the return hold explained", why.Returning, why.Hold, why.Reason)
 	}
 	step(cfg.ReturnHold) // the load has really gone
@@ -485,14 +502,9 @@ func TestSettlingIgnoresTies(t *testing.T) {
 // better (the relay, when the direct link's load ends) is taken again
 // after Hold alone when the other gets worse (the load resumes).
 func TestReturnHoldOnlyForWorsenedPaths(t *testing.T) {
-	tn := leon() // 1 -> 3 direct 15.5 ms, via 2 10.1 ms
-	r, now := settled(t, tn)
+	l := newLeonRun(t, 15500*time.Microsecond, "relay")
+	tn, r, step, direct, relay := l.tn, l.r, l.step, l.direct, l.relay
 	cfg := DefaultConfig()
-	step := func(d time.Duration) { now = runFor(r, tn, now, d) }
-	direct, relay := []wire.SiteID{3}, []wire.SiteID{2, 3}
-	if !slices.Equal(path(r, 3), relay) {
-		t.Fatalf("path %v, want the relay", path(r, 3))
-	}
 	tn.d[0][2] = 5 * ms // the direct link's load ends
 	step(time.Second)
 	if !slices.Equal(path(r, 3), direct) {
@@ -500,11 +512,11 @@ func TestReturnHoldOnlyForWorsenedPaths(t *testing.T) {
 	}
 	step(cfg.MinSwitchInterval)
 	tn.d[0][2] = 40 * ms // and resumes
-	start := now
+	start := l.now
 	for !slices.Equal(path(r, 3), relay) {
 		step(50 * ms)
-		if now.Sub(start) > cfg.Hold+200*ms {
-			t.Fatalf("not back on the relay %v after the direct link got worse (the return hold applied)", now.Sub(start))
+		if l.now.Sub(start) > cfg.Hold+200*ms {
+			t.Fatalf("not back on the relay %v after the direct link got worse (the return hold applied)", l.now.Sub(start))
 		}
 	}
 }
@@ -513,17 +525,12 @@ func TestReturnHoldOnlyForWorsenedPaths(t *testing.T) {
 // nearly equal paths, moves a route only after lasting NearTieHold; a
 // burst shorter than that moves nothing.
 func TestNearTieHold(t *testing.T) {
-	tn := leon() // 1 -> 3 direct 15.5 ms, via 2 10.1 ms
-	r, now := settled(t, tn)
+	l := newLeonRun(t, 15500*time.Microsecond, "relay")
+	tn, r, step, direct, relay := l.tn, l.r, l.step, l.direct, l.relay
 	cfg := DefaultConfig()
-	step := func(d time.Duration) { now = runFor(r, tn, now, d) }
-	direct, relay := []wire.SiteID{3}, []wire.SiteID{2, 3}
-	if !slices.Equal(path(r, 3), relay) {
-		t.Fatalf("path %v, want the relay", path(r, 3))
-	}
 	tn.d[0][2] = 9400 * time.Microsecond // 0.7 ms better: a near tie
 	step(cfg.NearTieHold - time.Second)
-	if why := r.Why(now, 3); why.Hold != cfg.NearTieHold || !strings.Contains(why.Reason, "near tie") {
+	if why := r.Why(l.now, 3); why.Hold != cfg.NearTieHold || !strings.Contains(why.Reason, "near tie") {
 		t.Errorf("why: hold %v, reason %q; want the near-tie hold explained", why.Hold, why.Reason)
 	}
 	tn.d[0][2] = 15500 * time.Microsecond // the burst ends
