@@ -423,7 +423,7 @@ func forcedSwitches(t *testing.T, o *overlay) {
 	secs := int(time.Duration(switches)*every/time.Second) + 4
 	ns := o.st.Sites[o.idx("A")].Hosts[0].NS
 	r0, c0, steal0 := retrans(t, ns), o.siteCounters(t, "B"), stealTicks()
-	a0 := o.siteCounters(t, "A")
+	a0, rl0, emu0 := o.siteCounters(t, "A"), o.siteCounters(t, "R"), o.emulatorLate(t)
 	f := startFlow(t, o, "A", "B", "50M", secs, 5301)
 	stop := startEcho(t, o, "A", "B", 10*time.Millisecond)
 	time.Sleep(1500 * time.Millisecond)
@@ -442,9 +442,11 @@ func forcedSwitches(t *testing.T, o *overlay) {
 	o.unpin(t, "A", "B")
 	rep := f.wait(t)
 	echo := stop()
-	names := []string{"reordered", "seq_gaps", "drop_duplicate", "frames_out", "packets_received"}
+	names := []string{"reordered", "seq_gaps", "drop_duplicate", "frames_out", "packets_received", "ingress_late"}
 	d := ctrDelta(c0, o.siteCounters(t, "B"), names...)
-	da := ctrDelta(a0, o.siteCounters(t, "A"), "holds", "held", "holds_late", "drop_hold_overflow", "packets_sent")
+	da := ctrDelta(a0, o.siteCounters(t, "A"), "holds", "held", "holds_late", "drop_hold_overflow", "packets_sent", "ingress_late")
+	dr := ctrDelta(rl0, o.siteCounters(t, "R"), "ingress_late")
+	emuLate := o.emulatorLate(t) - emu0
 	rt := retrans(t, ns) - r0
 	worst, answered := echo.maxRTT(begin, end)
 	_, lost := echo.outage(begin, end, 10*time.Millisecond)
@@ -474,6 +476,8 @@ func forcedSwitches(t *testing.T, o *overlay) {
 	steal := float64(stealTicks()-steal0) / 100 // USER_HZ
 	t.Logf("forced switches: %.2f CPU seconds stolen by the hypervisor during the run (/proc/stat steal); the largest one-way delay of a request in steady state on the slower path %.2f ms",
 		steal, slices.Max(append(slowOWD, 0)))
+	t.Logf("forced switches: stalls of detour's own processes: underlay batches done over 1 ms after the kernel received them at A %d, R %d, B %d; packets the emulator wrote over 1 ms late %d",
+		da["ingress_late"], dr["ingress_late"], d["ingress_late"], emuLate)
 	t.Logf("forced switches: %d in %v under iperf3 -b 50M (%.1f Mbit/s, %d retransmits by iperf3, %d TcpRetransSegs by nstat in A's host)",
 		switches, end.Sub(begin).Round(time.Millisecond), rep.mbps, rep.retransmits, rt)
 	t.Logf("forced switches: at B's gateway reordered %d, seq_gaps %d, drop_duplicate %d; at A's gateway holds %d (released over 1 ms late %d), held %d packets, hold overflow %d",

@@ -312,9 +312,9 @@ func TestOverlayOneWayTIV(t *testing.T) {
 	}
 }
 
-// truthDelays returns the configured one-way delay of every directed link
-// by site index, from `detour testbed truth --json`.
-func (o *overlay) truthDelays(t *testing.T) [][]float64 {
+// truth returns the emulator's ground truth (`detour testbed truth --json`).
+func (o *overlay) truth(t *testing.T) wanem.Truth {
+	t.Helper()
 	out, e, err := o.run("truth", "--json")
 	if err != nil {
 		t.Fatalf("truth: %v: %s", err, e)
@@ -323,6 +323,23 @@ func (o *overlay) truthDelays(t *testing.T) [][]float64 {
 	if err := json.Unmarshal([]byte(out), &tr); err != nil {
 		t.Fatal(err)
 	}
+	return tr
+}
+
+// emulatorLate returns how many packets the emulator wrote more than 1 ms
+// after they were due, on all links.
+func (o *overlay) emulatorLate(t *testing.T) uint64 {
+	var n uint64
+	for _, l := range o.truth(t).Links {
+		n += l.Late
+	}
+	return n
+}
+
+// truthDelays returns the configured one-way delay of every directed link
+// by site index, from `detour testbed truth --json`.
+func (o *overlay) truthDelays(t *testing.T) [][]float64 {
+	tr := o.truth(t)
 	n := len(o.st.Sites)
 	d := make([][]float64, n)
 	for i := range d {

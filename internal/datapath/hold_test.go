@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -190,5 +191,45 @@ func TestHoldEndsAtTheFirstPacketAfterItsDeadline(t *testing.T) {
 	q.release(e, first)
 	if !q.enqueue(e, m, now+1) {
 		t.Fatal("the first hold's timer ended the second hold")
+	}
+}
+
+// stampedConn hands out prepared batches, then reports itself closed.
+type stampedConn struct {
+	nopConn
+	batches [][]transport.Message
+}
+
+func (c *stampedConn) ReadBatch(msgs []transport.Message) (int, error) {
+	if len(c.batches) == 0 {
+		return 0, transport.ErrClosed
+	}
+	b := c.batches[0]
+	c.batches = c.batches[1:]
+	for i, m := range b {
+		msgs[i].N = copy(msgs[i].Buf, m.Buf)
+		msgs[i].Addr, msgs[i].At = m.Addr, m.At
+	}
+	return len(b), nil
+}
+
+// TestIngressCountsLateBatches: a batch done more than 1 ms after the
+// kernel received its first datagram is counted as late (the agent was
+// not running); one done at once is not.
+func TestIngressCountsLateBatches(t *testing.T) {
+	junk := []byte{0xff, 1, 2, 3}
+	c := &stampedConn{batches: [][]transport.Message{
+		{{Buf: junk, Addr: addr2, At: time.Now().Add(-5 * time.Millisecond)}},
+		{{Buf: junk, Addr: addr2, At: time.Now().Add(time.Hour)}},
+	}}
+	e := New(Config{Self: 1, Conn: c, Now: func() int64 { return time.Now().UnixNano() }})
+	if err := e.underlayLoop(); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("loop ended with %v", err)
+	}
+	if got := e.stats.IngressLate.Load(); got != 1 {
+		t.Errorf("ingress_late %d, want 1 (the batch received 5 ms before)", got)
+	}
+	if got := e.stats.DropMalformed.Load(); got != 2 {
+		t.Errorf("drop_malformed %d, want 2", got)
 	}
 }

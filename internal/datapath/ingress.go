@@ -1,6 +1,8 @@
 package datapath
 
 import (
+	"time"
+
 	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/fdb"
 	"github.com/detour-overlay/detour/internal/transport"
@@ -20,6 +22,11 @@ type ingress struct {
 func newIngress(e *Engine) *ingress {
 	return &ingress{e: e, msgs: make([]transport.Message, transport.MaxBatch), windows: map[flowKey]*seqWindow{}}
 }
+
+// lateBatch is how long after the kernel received its first datagram a
+// batch may be done (delivered or relayed) before it counts as late
+// (Stats.IngressLate): longer means the agent was not running.
+const lateBatch = time.Millisecond
 
 // bufSize is the size of each receive buffer: the largest UDP payload.
 const bufSize = 65535
@@ -45,6 +52,9 @@ func (e *Engine) underlayLoop() error {
 			e.send(in.relay)
 		}
 		in.flushDevices()
+		if n > 0 && !in.msgs[0].At.IsZero() && time.Since(in.msgs[0].At) > lateBatch {
+			e.stats.IngressLate.Add(1)
+		}
 	}
 }
 

@@ -23,6 +23,7 @@ type Stats struct {
 	Holds           atomic.Uint64 // switches to a shorter path that held packets back
 	Held            atomic.Uint64 // packets held back during such switches
 	HoldsLate       atomic.Uint64 // holds released more than 1 ms after their deadline
+	IngressLate     atomic.Uint64 // underlay batches done more than 1 ms after the kernel received them
 
 	DropMalformed      atomic.Uint64 // unparsable datagrams or frames
 	DropMisdirected    atomic.Uint64 // data packets whose current receiver is not this site
@@ -57,6 +58,7 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"holds":                s.Holds.Load(),
 		"held":                 s.Held.Load(),
 		"holds_late":           s.HoldsLate.Load(),
+		"ingress_late":         s.IngressLate.Load(),
 		"drop_malformed":       s.DropMalformed.Load(),
 		"drop_misdirected":     s.DropMisdirected.Load(),
 		"drop_no_route":        s.DropNoRoute.Load(),

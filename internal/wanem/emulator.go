@@ -54,15 +54,25 @@ type linkState struct {
 	lastAt          int64
 	delivered       uint64
 	downDrops       uint64
+	// late counts packets written more than lateWrite after they were
+	// due: stalls of the emulator itself.
+	late uint64
 }
+
+// lateWrite is how late after its due time a packet counts as late.
+const lateWrite = int64(time.Millisecond)
 
 // smoothTau is the time constant of the measured-delay average.
 const smoothTau = 200 * time.Millisecond
 
-// observe records that a packet read at arrived was written at now.
-func (ls *linkState) observe(arrived, now int64) {
+// observe records that a packet read at arrived and due at due was
+// written at now.
+func (ls *linkState) observe(arrived, due, now int64) {
 	d := float64(now - arrived)
 	ls.mu.Lock()
+	if now-due > lateWrite {
+		ls.late++
+	}
 	if ls.delivered == 0 {
 		ls.ewma = d
 	} else {
@@ -219,7 +229,7 @@ func (e *Emulator) write(p *packet, now int64) {
 	if _, err := unix.Write(e.ports[p.to].FD, p.buf[:p.n]); err != nil {
 		e.writeErrs.Add(1)
 	} else {
-		e.links[p.from][p.to].observe(p.arrived, e.clock())
+		e.links[p.from][p.to].observe(p.arrived, p.due, e.clock())
 	}
 	e.putPacket(p)
 }

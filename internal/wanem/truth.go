@@ -33,6 +33,9 @@ type LinkTruth struct {
 	Delivered   uint64  `json:"delivered"`
 	Lost        uint64  `json:"lost"`
 	QueueDrops  uint64  `json:"queue_drops"`
+	// Late counts packets the emulator wrote more than 1 ms after they
+	// were due (its own stalls).
+	Late uint64 `json:"late"`
 }
 
 // Truth is the ground truth of every directed link.
@@ -75,7 +78,7 @@ func (e *Emulator) linkTruth(a, b int, ls *linkState, now int64) LinkTruth {
 		Rate: p.Rate.String(), RateBPS: uint64(p.Rate),
 		QueueMS:    durMS(ls.link.Backlog(now)),
 		ExpectedMS: durMS(ls.link.Backlog(now) + p.Delay),
-		Delivered:  ls.delivered, Lost: ls.link.Lost, QueueDrops: ls.link.QueueDrops + ls.downDrops,
+		Delivered:  ls.delivered, Lost: ls.link.Lost, QueueDrops: ls.link.QueueDrops + ls.downDrops, Late: ls.late,
 	}
 	if ls.delivered > 0 {
 		lt.MeasuredMS, lt.LastMS = nsToMS(ls.ewma), nsToMS(ls.lastDelay)
