@@ -58,6 +58,14 @@ const (
 	ProbeReplyLen = CommonHeaderLen + 4 + 4 + 4 + 8 + 8 + 8
 )
 
+// Offsets of the timestamps in a probe (t1) and a probe reply (t1, t2,
+// t3), as drawn above.
+const (
+	offT1 = 16
+	offT2 = 24
+	offT3 = 32
+)
+
 // Probe is the parsed form of a probe.
 type Probe struct {
 	Sender   SiteID
@@ -83,7 +91,7 @@ func AppendProbe(b []byte, p *Probe) []byte {
 	be.PutUint32(m[4:], uint32(p.Sender))
 	be.PutUint32(m[8:], uint32(p.Receiver))
 	be.PutUint32(m[12:], p.Seq)
-	be.PutUint64(m[16:], uint64(p.SendTime))
+	be.PutUint64(m[offT1:], uint64(p.SendTime))
 	return append(b, m[:]...)
 }
 
@@ -95,7 +103,7 @@ func ParseProbe(b []byte, p *Probe) error {
 	p.Sender = SiteID(be.Uint32(b[4:]))
 	p.Receiver = SiteID(be.Uint32(b[8:]))
 	p.Seq = be.Uint32(b[12:])
-	p.SendTime = int64(be.Uint64(b[16:]))
+	p.SendTime = int64(be.Uint64(b[offT1:]))
 	if p.Sender == 0 || p.Receiver == 0 {
 		return ErrMalformed
 	}
@@ -109,9 +117,9 @@ func AppendProbeReply(b []byte, r *ProbeReply) []byte {
 	be.PutUint32(m[4:], uint32(r.Sender))
 	be.PutUint32(m[8:], uint32(r.Receiver))
 	be.PutUint32(m[12:], r.Seq)
-	be.PutUint64(m[16:], uint64(r.ProbeSendTime))
-	be.PutUint64(m[24:], uint64(r.ProbeRecvTime))
-	be.PutUint64(m[32:], uint64(r.ReplySendTime))
+	be.PutUint64(m[offT1:], uint64(r.ProbeSendTime))
+	be.PutUint64(m[offT2:], uint64(r.ProbeRecvTime))
+	be.PutUint64(m[offT3:], uint64(r.ReplySendTime))
 	return append(b, m[:]...)
 }
 
@@ -123,9 +131,9 @@ func ParseProbeReply(b []byte, r *ProbeReply) error {
 	r.Sender = SiteID(be.Uint32(b[4:]))
 	r.Receiver = SiteID(be.Uint32(b[8:]))
 	r.Seq = be.Uint32(b[12:])
-	r.ProbeSendTime = int64(be.Uint64(b[16:]))
-	r.ProbeRecvTime = int64(be.Uint64(b[24:]))
-	r.ReplySendTime = int64(be.Uint64(b[32:]))
+	r.ProbeSendTime = int64(be.Uint64(b[offT1:]))
+	r.ProbeRecvTime = int64(be.Uint64(b[offT2:]))
+	r.ReplySendTime = int64(be.Uint64(b[offT3:]))
 	if r.Sender == 0 || r.Receiver == 0 {
 		return ErrMalformed
 	}
@@ -146,11 +154,11 @@ func Restamp(b []byte, t int64) bool {
 	case err != nil:
 		return false
 	case typ == TypeProbe && len(b) >= ProbeLen:
-		be.PutUint64(b[16:], uint64(t))
+		be.PutUint64(b[offT1:], uint64(t))
 		return true
 	case typ == TypeProbeReply && len(b) >= ProbeReplyLen:
-		if t > int64(be.Uint64(b[24:])) {
-			be.PutUint64(b[32:], uint64(t))
+		if t > int64(be.Uint64(b[offT2:])) {
+			be.PutUint64(b[offT3:], uint64(t))
 		}
 		return true
 	}
