@@ -48,12 +48,16 @@ type Explanation struct {
 	// Hold is how long that gain must last: Hold, NearTieHold for a
 	// near tie, or the return hold for a path left because it got worse
 	// (Returning).
-	Hold       time.Duration
-	Returning  bool
-	Settling   bool
-	Switches   int
-	LastSwitch Switch
-	Reason     string
+	Hold      time.Duration
+	Returning bool
+	// DirectSince is when the chosen relayed path began to gain less than
+	// half the threshold over the direct path (zero if it does not): the
+	// route goes direct after NearTieHold.
+	DirectSince time.Time
+	Settling    bool
+	Switches    int
+	LastSwitch  Switch
+	Reason      string
 }
 
 // Why explains the route to dst on the matrix of the last Update.
@@ -67,6 +71,7 @@ func (r *Router) Why(now time.Time, dst wire.SiteID) Explanation {
 	}
 	ex.Reachable, ex.Chosen, ex.Since, ex.PinActive = true, d.path, d.since, d.pinned
 	ex.PendingSince, ex.Switches, ex.LastSwitch = d.pendingSince, d.switches, d.last
+	ex.DirectSince = d.directSince
 	ex.Settling = now.Sub(d.firstSeen) < r.cfg.Settle
 	best := m.ShortestPaths(r.cfg.Weights, r.self, r.cfg.MaxHops, r.noRelay)[dst]
 	if !d.pendingSince.IsZero() && d.pendingHold > 0 {
@@ -137,6 +142,9 @@ func (r *Router) reason(now time.Time, ex Explanation, best []wire.SiteID) strin
 	}
 	if ex.Pinned != nil {
 		return "pinned path is down: normal selection applies"
+	}
+	if !ex.DirectSince.IsZero() && ex.PendingSince.IsZero() {
+		return fmt.Sprintf("switch to the direct path pending: the relay has gained less than half the threshold for %v of the %v hold", now.Sub(ex.DirectSince).Round(time.Millisecond), r.cfg.NearTieHold)
 	}
 	if slices.Equal(ex.Chosen, best) {
 		return "lowest latency path of at most MaxHops links"

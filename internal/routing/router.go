@@ -124,6 +124,7 @@ type dest struct {
 	firstSeen    time.Time
 	pendingHold  time.Duration // how long the pending gain must last
 	pendingSince time.Time     // a better path has been better since then
+	directSince  time.Time     // the relayed path has not earned its relays since then
 	lastSwitch   time.Time
 	switches     int
 	prevPath     []wire.SiteID
@@ -297,6 +298,9 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 	}
 	bm, _ := m.Measure(r.cfg.Weights, r.self, bp)
 	if d.path == nil {
+		if _, ok := r.directTie(m, id, bp, bm); ok {
+			return r.install(now, d, []wire.SiteID{id}, false, "first route (the best relay gains less than half the threshold)", false), true
+		}
 		return r.install(now, d, bp, false, "first route", false), true
 	}
 	cm, ok := r.usable(m, d.path)
@@ -312,7 +316,7 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 	}
 	if slices.Equal(d.path, bp) {
 		d.pendingSince = time.Time{}
-		return Switch{}, false
+		return r.preferDirect(now, m, d, id, cm)
 	}
 	gain := cm.Cost - bm.Cost
 	if now.Sub(d.firstSeen) < r.cfg.Settle {
@@ -322,12 +326,13 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 		if gain >= r.threshold(bm) {
 			return r.install(now, d, bp, false, fmt.Sprintf("settling: better by %v", gain), false), true
 		}
-		return Switch{}, false
+		return r.preferDirect(now, m, d, id, cm)
 	}
 	if gain < r.threshold(bm) || r.inDoubt(m, bp) {
 		d.pendingSince = time.Time{}
-		return Switch{}, false
+		return r.preferDirect(now, m, d, id, cm)
 	}
+	d.directSince = time.Time{}
 	if d.pendingSince.IsZero() {
 		d.pendingSince = now
 	}
@@ -342,6 +347,50 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 		return Switch{}, false
 	}
 	return r.install(now, d, bp, false, fmt.Sprintf("better by %v for %v", gain.Round(time.Microsecond), now.Sub(d.pendingSince)), true), true
+}
+
+// directTie reports whether the relayed path p (metrics pm) to dst gains
+// less than half the switching threshold over the direct path, and returns
+// by how much it does (negative when the direct path is better). Such a
+// relay does not earn its keep: it costs a relay's CPU and bandwidth and
+// one more site to fail for a gain within the noise of the estimates, so
+// the direct path is preferred. Taking half the threshold leaves a band
+// (half the threshold to the threshold) where neither path replaces the
+// other, so a route does not flap between the two.
+func (r *Router) directTie(m *Matrix, dst wire.SiteID, p []wire.SiteID, pm Metrics) (time.Duration, bool) {
+	if len(p) < 2 {
+		return 0, false
+	}
+	direct := []wire.SiteID{dst}
+	dm, ok := r.usable(m, direct)
+	if !ok || r.inDoubt(m, direct) {
+		return 0, false
+	}
+	adv := dm.Cost - pm.Cost
+	return adv, adv < r.threshold(pm)/2
+}
+
+// preferDirect moves d from its relayed path (metrics cm) to the direct
+// path to dst when the relay has gained less than half the threshold for
+// NearTieHold (at once while settling), as directTie explains. It is
+// called when no clearly better path is pending.
+func (r *Router) preferDirect(now time.Time, m *Matrix, d *dest, dst wire.SiteID, cm Metrics) (Switch, bool) {
+	adv, tie := r.directTie(m, dst, d.path, cm)
+	if !tie {
+		d.directSince = time.Time{}
+		return Switch{}, false
+	}
+	if now.Sub(d.firstSeen) < r.cfg.Settle {
+		return r.install(now, d, []wire.SiteID{dst}, false, fmt.Sprintf("settling: the relay gains only %v over the direct path", adv.Round(time.Microsecond)), false), true
+	}
+	if d.directSince.IsZero() {
+		d.directSince = now
+	}
+	if now.Sub(d.directSince) < r.cfg.NearTieHold || r.damped(now, d) {
+		return Switch{}, false
+	}
+	reason := fmt.Sprintf("the relay gained only %v over the direct path for %v", adv.Round(time.Microsecond), now.Sub(d.directSince).Round(time.Millisecond))
+	return r.install(now, d, []wire.SiteID{dst}, false, reason, true), true
 }
 
 // holdFor is how long a gain must last before a switch: Hold for a clear
@@ -394,7 +443,7 @@ func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, pinned bool, r
 	if damp {
 		d.lastSwitch = now
 	}
-	d.pendingSince = time.Time{}
+	d.pendingSince, d.directSince = time.Time{}, time.Time{}
 	d.last = s
 	r.dirty = true
 	return s
@@ -405,10 +454,15 @@ func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, pinned bool, r
 func (r *Router) NextDeadline() time.Time {
 	var t time.Time
 	for _, d := range r.dests {
-		if d.pendingSince.IsZero() {
+		var at time.Time
+		switch {
+		case !d.pendingSince.IsZero():
+			at = d.pendingSince.Add(max(d.pendingHold, r.cfg.Hold))
+		case !d.directSince.IsZero():
+			at = d.directSince.Add(r.cfg.NearTieHold)
+		default:
 			continue
 		}
-		at := d.pendingSince.Add(max(d.pendingHold, r.cfg.Hold))
 		if r.cfg.MinSwitchInterval > 0 && !d.lastSwitch.IsZero() {
 			at = maxTime(at, d.lastSwitch.Add(r.cfg.MinSwitchInterval))
 		}

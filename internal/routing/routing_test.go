@@ -486,15 +486,60 @@ func TestSettlingIgnoresTies(t *testing.T) {
 	if !slices.Equal(path(r, 3), []wire.SiteID{2, 3}) {
 		t.Fatalf("first route %v, want via 2", path(r, 3))
 	}
-	// The direct path 50 µs better than the relay: a tie.
+	// The direct path 50 µs better than the relay: the relay earns
+	// nothing, and the direct path is taken at once.
 	tn.d[0][2] = 10050 * time.Microsecond
-	if sw := r.Update(t0.Add(100*ms), tn.matrix(), addrsOf(3)); len(sw) != 0 {
+	if sw := r.Update(t0.Add(100*ms), tn.matrix(), addrsOf(3)); len(sw) != 1 || !slices.Equal(path(r, 3), []wire.SiteID{3}) {
+		t.Fatalf("relay kept while the direct path is 50 µs better: %+v", sw)
+	}
+	// The relay 50 µs better than the direct path: a tie, no switch.
+	tn.d[0][2] = 10150 * time.Microsecond
+	if sw := r.Update(t0.Add(200*ms), tn.matrix(), addrsOf(3)); len(sw) != 0 {
 		t.Fatalf("switched on a 50 µs gain while settling: %+v", sw)
 	}
 	// 3 ms better: at once, without the hold.
-	tn.d[0][2] = 7100 * time.Microsecond
-	if sw := r.Update(t0.Add(200*ms), tn.matrix(), addrsOf(3)); len(sw) != 1 || !slices.Equal(path(r, 3), []wire.SiteID{3}) {
+	tn.d[0][2] = 13100 * time.Microsecond
+	if sw := r.Update(t0.Add(300*ms), tn.matrix(), addrsOf(3)); len(sw) != 1 || !slices.Equal(path(r, 3), []wire.SiteID{2, 3}) {
 		t.Fatalf("no immediate switch on a 3 ms gain while settling: %+v, path %v", sw, path(r, 3))
+	}
+}
+
+// TestRelayMustEarnItsKeep: a relayed path that gains less than half the
+// threshold over the direct path gives way to the direct path after
+// NearTieHold (and is not chosen as a first route); one that gains between
+// half the threshold and the threshold is kept, and the direct path that
+// replaced it is not left for it either (no flapping in the band).
+func TestRelayMustEarnItsKeep(t *testing.T) {
+	l := newLeonRun(t, 15500*time.Microsecond, "relay")
+	tn, r, step, direct, relay := l.tn, l.r, l.step, l.direct, l.relay
+	cfg := DefaultConfig()
+	tn.d[0][2] = 10300 * time.Microsecond // the relay gains 0.2 ms < 0.25 ms
+	step(cfg.NearTieHold - time.Second)
+	if !slices.Equal(path(r, 3), relay) {
+		t.Fatalf("path %v: left the relay before the near-tie hold", path(r, 3))
+	}
+	why := r.Why(l.now, 3)
+	if !strings.Contains(why.Reason, "direct path pending") {
+		t.Errorf("why: %q; want the pending move to the direct path explained", why.Reason)
+	}
+	if dl := r.NextDeadline(); why.DirectSince.IsZero() || !dl.Equal(why.DirectSince.Add(cfg.NearTieHold)) {
+		t.Errorf("next deadline %v, want %v after %v", dl, cfg.NearTieHold, why.DirectSince)
+	}
+	step(time.Second + 100*ms)
+	if !slices.Equal(path(r, 3), direct) {
+		t.Fatalf("path %v, want direct once the relay gained 0.2 ms for %v", path(r, 3), cfg.NearTieHold)
+	}
+	tn.d[0][2] = 10500 * time.Microsecond // the relay gains 0.4 ms: in the band
+	step(30 * time.Second)
+	if !slices.Equal(path(r, 3), direct) || r.Why(l.now, 3).Switches != 1 {
+		t.Fatalf("path %v after %d switches, want direct kept for a 0.4 ms gain", path(r, 3), r.Why(l.now, 3).Switches)
+	}
+
+	tn = leon()
+	tn.d[0][2] = 10200 * time.Microsecond // a first route: the relay gains 0.1 ms
+	r = NewRouter(cfg, 1)
+	if r.Update(t0, tn.matrix(), addrsOf(3)); !slices.Equal(path(r, 3), direct) {
+		t.Fatalf("first route %v, want direct for a 0.1 ms gain", path(r, 3))
 	}
 }
 
