@@ -209,3 +209,26 @@ func cryptoFor(f func(wire.SiteID) Crypto, id wire.SiteID) Crypto {
 	}
 	return f(id)
 }
+
+// TestBatchCacheFollowsTheTable: within a batch the cache answers like the
+// forwarding table, also when the batch itself moves an address: a
+// destination looked up as remote and then seen as a source here is local
+// from that frame on.
+func TestBatchCacheFollowsTheTable(t *testing.T) {
+	tab := fdb.New(time.Minute)
+	a, b := fdb.MAC{2, 0, 0, 0, 0, 0xa}, fdb.MAC{2, 0, 0, 0, 0, 0xb}
+	tab.Learn(b, 7, 1)
+	var c fdbCache
+	c.learn(tab, a, 2)
+	if site, ok := c.lookup(tab, b, 2); !ok || site != 7 {
+		t.Fatalf("b at %v %v, want site 7", site, ok)
+	}
+	c.learn(tab, b, 3) // b moved here
+	if site, ok := c.lookup(tab, b, 3); !ok || site != fdb.Local {
+		t.Fatalf("b at %v %v after moving here, want local", site, ok)
+	}
+	c.learn(tab, b, 4) // the same source again: the table is not asked
+	if site, ok := c.lookup(tab, a, 4); !ok || site != fdb.Local {
+		t.Fatalf("a at %v %v, want local", site, ok)
+	}
+}

@@ -25,6 +25,8 @@ type egress struct {
 	seq    map[wire.SiteID]uint32
 	dests  map[wire.SiteID]*dest
 	hdr    wire.DataHeader
+	now    int64    // when the batch being forwarded was read (monotonic ns)
+	cache  fdbCache // this batch's forwarding-table answers
 
 	icmp     [1500]byte // an ICMP "packet too big" being sent back
 	lastICMP int64
@@ -62,12 +64,18 @@ func (e *Engine) deviceLoop(p *Port) error {
 			return nil // detached
 		}
 		g.shape(n)
-		g.msgs, g.nflood = g.msgs[:0], 0
+		g.begin()
 		for i := 0; i < n; i++ {
 			g.forward(i, g.sizes[i])
 		}
 		g.flushBatch()
 	}
+}
+
+// begin starts forwarding a batch read now.
+func (g *egress) begin() {
+	g.msgs, g.nflood = g.msgs[:0], 0
+	g.now, g.cache = g.e.now(), fdbCache{}
 }
 
 // shape waits as long as the network's rate limits ask for the batch of n
@@ -103,13 +111,12 @@ func (g *egress) forward(i, n int) {
 	if g.tooBig(frame) {
 		return
 	}
-	now := e.now()
 	var dst, src fdb.MAC
 	copy(dst[:], frame[0:6])
 	copy(src[:], frame[6:12])
-	g.port.FDB.Learn(src, fdb.Local, now)
+	g.cache.learn(g.port.FDB, src, g.now)
 	if !dst.IsGroup() {
-		site, ok := g.port.FDB.Lookup(dst, now)
+		site, ok := g.cache.lookup(g.port.FDB, dst, g.now)
 		if ok && site == fdb.Local {
 			e.stats.DropLocal.Add(1)
 			return
@@ -120,6 +127,37 @@ func (g *egress) forward(i, n int) {
 		}
 	}
 	g.broadcast(frame)
+}
+
+// fdbCache remembers, for one batch of frames read together, the last
+// source address learned and the last destination looked up: the frames
+// of a batch mostly belong to one flow, and the table's answers cannot
+// change within a batch except by the batch's own learning (which clears
+// the destination's answer).
+type fdbCache struct {
+	src           fdb.MAC
+	learned       bool
+	dst           fdb.MAC
+	site          wire.SiteID
+	found, looked bool
+}
+
+// learn records src as local in t unless it was the last source learned.
+func (c *fdbCache) learn(t *fdb.Table, src fdb.MAC, now int64) {
+	if c.learned && c.src == src {
+		return
+	}
+	t.Learn(src, fdb.Local, now)
+	c.src, c.learned, c.looked = src, true, false
+}
+
+// lookup returns t's answer for dst, asking t only for a new destination.
+func (c *fdbCache) lookup(t *fdb.Table, dst fdb.MAC, now int64) (wire.SiteID, bool) {
+	if !c.looked || c.dst != dst {
+		c.site, c.found = t.Lookup(dst, now)
+		c.dst, c.looked = dst, true
+	}
+	return c.site, c.found
 }
 
 // tooBig answers a TCP segment larger than the underlay carries (a flow
@@ -177,7 +215,7 @@ func (g *egress) emit(dst wire.SiteID, rt *routing.Route, m transport.Message) {
 		d = &dest{hold: &holdQueue{}}
 		g.dests[dst] = d
 	}
-	now := g.e.now()
+	now := g.now
 	if !d.samePath(rt) {
 		if until := d.last + int64(d.holdTime(rt)); until > now {
 			g.flushBatch() // packets on the old path leave first

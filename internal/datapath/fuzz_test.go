@@ -77,7 +77,7 @@ func BenchmarkEgressUnicast(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(fr)))
 	for b.Loop() {
-		g.msgs = g.msgs[:0]
+		g.begin()
 		g.forward(0, len(fr))
 	}
 }

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/routing"
@@ -79,6 +80,9 @@ func (d *dest) use(r *routing.Route) {
 // after the deadline first, the egress loop releases them itself, so a
 // busy flow never waits for a late timer.
 type holdQueue struct {
+	// armed mirrors active for the egress loop's check of every packet,
+	// which then takes mu only while a hold may be active.
+	armed  atomic.Bool
 	mu     sync.Mutex
 	active bool
 	until  int64
@@ -98,6 +102,9 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, Headroom+2048+Tai
 // m is then not taken. A full queue drops the packet (and reports it
 // taken).
 func (q *holdQueue) enqueue(e *Engine, m transport.Message, now int64) bool {
+	if !q.armed.Load() {
+		return false
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !q.active {
@@ -123,6 +130,7 @@ func (q *holdQueue) enqueue(e *Engine, m transport.Message, now int64) bool {
 func (q *holdQueue) start(e *Engine, now, until int64) {
 	q.mu.Lock()
 	q.active, q.until = true, until
+	q.armed.Store(true)
 	q.gen++
 	gen := q.gen
 	q.mu.Unlock()
@@ -155,4 +163,5 @@ func (q *holdQueue) flush(e *Engine, now int64) {
 	}
 	q.msgs = q.msgs[:0]
 	q.active = false
+	q.armed.Store(false)
 }

@@ -67,7 +67,7 @@ func sendFrames(g *egress, n int) {
 	fr := frame(0xc, 0xa, "payload")
 	for i := 0; i < n; i++ {
 		copy(g.frames[0], fr)
-		g.msgs = g.msgs[:0]
+		g.begin()
 		g.forward(0, len(fr))
 		g.flushBatch()
 	}
