@@ -609,7 +609,7 @@ func TestThresholdUsesTheOneWayLatency(t *testing.T) {
 	cfg := DefaultConfig()
 	r := NewRouter(cfg, 1)
 	if got, want := r.threshold(relay), time.Duration(cfg.GainFraction*float64(48*ms)); got != want {
-		t.Errorf("threshold %v, want 1.8 %% of the one-way 48 ms: %v", got, want)
+		t.Errorf("threshold %v, want %.1f %% of the one-way 48 ms: %v", got, 100*cfg.GainFraction, want)
 	}
 	direct, _ := m.Measure(DefaultConfig().Weights, 1, []wire.SiteID{3})
 	if direct.OneWay != 49500*time.Microsecond {
