@@ -89,6 +89,11 @@ func runRoute(args []string, stdout, stderr io.Writer) int {
 	if len(rest) < 2 {
 		return Fail(stderr, "route", usage)
 	}
+	for _, a := range rest {
+		if strings.HasPrefix(a, "-") {
+			return Fail(stderr, "route", fmt.Errorf("%w (options such as %s go before the action)", usage, a))
+		}
+	}
 	c := api.NewClient(*addr)
 	site := api.PathEscape(rest[1])
 	var err error

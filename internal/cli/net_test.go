@@ -27,3 +27,23 @@ func TestNetUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestRouteUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"route"}, "usage"},
+		{[]string{"route", "pin"}, "usage"},
+		{[]string{"route", "pin", "-h"}, "options such as -h go before the action"},
+		{[]string{"route", "unpin", "a", "b"}, "usage"},
+	} {
+		var out, errb bytes.Buffer
+		if code := Main(c.args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", c.args, code)
+		}
+		if !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v: %q does not say %q", c.args, errb.String(), c.want)
+		}
+	}
+}
