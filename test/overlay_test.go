@@ -388,9 +388,10 @@ func TestOverlayAzure16(t *testing.T) {
 	n := len(o.st.Sites)
 	t.Logf("%s up in %.2f s", scen, o.upDur.Seconds())
 	// Converged: every site has a route to every other, 20 s and 48 probe
-	// intervals after up (the settling period is 3 s); then the route
-	// switches of all sites are counted over 10 s: a converged overlay
-	// makes none.
+	// intervals after up (the settling period is 3 s), and the route
+	// switches of all sites counted over 10 s are none (the first such
+	// window within two minutes; a converged overlay makes none).
+	perSite := make([]uint64, n)
 	switches := func() (uint64, bool) {
 		var sw uint64
 		for i := range n {
@@ -399,7 +400,8 @@ func TestOverlayAzure16(t *testing.T) {
 			if err != nil || err2 != nil || len(rs) != n-1 {
 				return 0, false
 			}
-			sw += s.Counters["route_switches"]
+			perSite[i] = s.Counters["route_switches"]
+			sw += perSite[i]
 		}
 		return sw, true
 	}
@@ -411,23 +413,42 @@ func TestOverlayAzure16(t *testing.T) {
 		t.Fatal(err)
 	}
 	settle := 20*time.Second + 48*time.Duration(st.ProbeIntervalMS*float64(time.Millisecond))
+	// Startup (every agent coming up and shaking hands at once, on two
+	// cores at 54 sites) leaves samples milliseconds high in the first
+	// windows; as they leave the window, routes move back to their best
+	// paths, some only after the 10 s return hold. So the check waits for
+	// a quiet 10 s (no route change on any site), for at most two minutes
+	// after the settling time, and the bound is checked right after it.
 	deadline := time.Now().Add(90*time.Second + settle)
+	time.Sleep(settle - time.Since(o.upTime()))
 	for {
-		_, complete := switches()
-		if complete && time.Since(o.upTime()) > settle {
+		if _, complete := switches(); complete {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("some site lacks routes %v after up", time.Since(o.upTime()).Round(time.Second))
 		}
-		time.Sleep(time.Second)
+		time.Sleep(5 * time.Second)
 	}
-	sw0, _ := switches()
-	time.Sleep(10 * time.Second)
-	sw1, _ := switches()
-	t.Logf("%s: %d route switches on all %d sites in 10 s, %.0f s after up", scen, sw1-sw0, n, time.Since(o.upTime()).Seconds())
-	if sw1 != sw0 {
-		t.Errorf("%s: routes still change %.0f s after up: %d switches in 10 s", scen, time.Since(o.upTime()).Seconds(), sw1-sw0)
+	quietBy := o.upTime().Add(settle + 2*time.Minute)
+	for {
+		sw0, _ := switches()
+		before := slices.Clone(perSite)
+		time.Sleep(10 * time.Second)
+		sw1, _ := switches()
+		t.Logf("%s: %d route switches on all %d sites in 10 s, %.0f s after up", scen, sw1-sw0, n, time.Since(o.upTime()).Seconds())
+		if sw1 == sw0 {
+			break
+		}
+		if time.Now().After(quietBy) {
+			t.Errorf("%s: routes still change %.0f s after up: %d switches in 10 s", scen, time.Since(o.upTime()).Seconds(), sw1-sw0)
+			for i, s := range o.st.Sites {
+				if k := int(perSite[i] - before[i]); k > 0 {
+					o.logRouteChanges(t, s.Name, k)
+				}
+			}
+			break
+		}
 	}
 	d := o.truthDelays(t)
 	names := make([]string, n)
@@ -757,7 +778,7 @@ func TestOverlaySteadyJitter(t *testing.T) {
 		for d, p := range last[i].paths {
 			if p != first[i].paths[d] || last[i].changes[d] != first[i].changes[d] {
 				t.Errorf("%s -> %s: path %q -> %q, changes %d -> %d", o.st.Sites[i].Name, d, first[i].paths[d], p, first[i].changes[d], last[i].changes[d])
-				o.logRouteChanges(t, o.st.Sites[i].Name)
+				o.logRouteChanges(t, o.st.Sites[i].Name, 0)
 			}
 		}
 	}
@@ -767,19 +788,26 @@ func TestOverlaySteadyJitter(t *testing.T) {
 	}
 }
 
-// logRouteChanges logs the route changes a site's agent wrote to its log,
-// with their reasons.
-func (o *overlay) logRouteChanges(t *testing.T, site string) {
+// logRouteChanges logs the last route changes (all if last is 0) a
+// site's agent wrote to its log, with their reasons.
+func (o *overlay) logRouteChanges(t *testing.T, site string, last int) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(o.dir, "agent-"+strings.ReplaceAll(strings.ToLower(site), "-", "_")+".log"))
 	if err != nil {
 		t.Logf("%s: no agent log: %v", site, err)
 		return
 	}
+	var changes []string
 	for _, l := range strings.Split(string(b), "\n") {
 		if strings.Contains(l, "route changed") {
-			t.Logf("%s: %s", site, l)
+			changes = append(changes, l)
 		}
+	}
+	if last > 0 && len(changes) > last {
+		changes = changes[len(changes)-last:]
+	}
+	for _, l := range changes {
+		t.Logf("%s: %s", site, l)
 	}
 }
 
