@@ -131,9 +131,11 @@ func (g *egress) forward(i, n int) {
 
 // fdbCache remembers, for one batch of frames read together, the last
 // source address learned and the last destination looked up: the frames
-// of a batch mostly belong to one flow, and the table's answers cannot
-// change within a batch except by the batch's own learning (which clears
-// the destination's answer).
+// of a batch mostly belong to one flow. Within a batch the answers change
+// by the batch's own learning (which clears the destination's answer) or
+// by the ingress loop learning an address at another site, which a batch
+// of a few microseconds may miss as it could have missed it by reading a
+// moment earlier.
 type fdbCache struct {
 	src           fdb.MAC
 	learned       bool

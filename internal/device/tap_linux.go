@@ -187,8 +187,8 @@ func (t *TAP) readReady(fd uintptr) bool {
 
 // rawRead reads from the non-blocking descriptor fd without telling the Go
 // scheduler (RawSyscall): the read never blocks, and a batch makes one
-// read per frame, where the scheduler's bookkeeping costs as much as a
-// fifth of the system call. b must not be empty.
+// read per frame, where the scheduler's bookkeeping cost about a tenth of
+// the read in a profile of 64-byte frames. b must not be empty.
 func rawRead(fd uintptr, b []byte) (int, error) {
 	n, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 	if errno != 0 {
