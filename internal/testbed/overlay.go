@@ -24,7 +24,7 @@ func startOverlay(ctx context.Context, st *State, sc *scenario.Scenario, o Optio
 			return err
 		}
 	case "tinc":
-		if err := startTinc(st, o.StateDir); err != nil {
+		if err := startTinc(ctx, st, o.StateDir); err != nil {
 			return err
 		}
 	case "detour", "detour-plain":
@@ -69,10 +69,10 @@ func startVXLAN(st *State) error {
 func tincName(site string) string { return strings.ReplaceAll(strings.ToLower(site), "-", "_") }
 
 // startTinc configures tinc 1.0 in switch mode on every gateway (keys
-// made with tincd -K, a meta connection to every other site, tap bridged
-// to br0) and
-// runs each tincd in the foreground (-D) as a recorded background process.
-func startTinc(st *State, dir string) error {
+// made with tincd -K, a meta connection from every site to the first,
+// tap bridged to br0) and runs each tincd in the foreground (-D) as a
+// recorded background process, one after the other.
+func startTinc(ctx context.Context, st *State, dir string) error {
 	base := filepath.Join(dir, "tinc")
 	if err := writeTincConfigs(st, base); err != nil {
 		return err
@@ -85,8 +85,10 @@ func startTinc(st *State, dir string) error {
 	}
 	for _, site := range st.Sites {
 		cdir := filepath.Join(base, tincName(site.Name))
-		p, err := startDetached(dir, "tinc-"+tincName(site.Name), "ip", "netns", "exec", site.Gateway,
-			"tincd", "-c", cdir, "-D", "--pidfile="+filepath.Join(cdir, "tinc.pid"))
+		name := "tinc-" + tincName(site.Name)
+		// Debug level 1 logs each meta connection made or lost.
+		p, err := startDetached(dir, name, "ip", "netns", "exec", site.Gateway,
+			"tincd", "-c", cdir, "-D", "-d1", "--pidfile="+filepath.Join(cdir, "tinc.pid"))
 		if err != nil {
 			return err
 		}
@@ -94,8 +96,49 @@ func startTinc(st *State, dir string) error {
 		if err := st.Save(dir); err != nil {
 			return err
 		}
+		// The sites started later connect to the first. A connection
+		// refused because it is not listening yet is retried only after
+		// 5 s, then 15 s and 30 s, so wait until each tincd listens.
+		err = waitFor(ctx, 10*time.Second, p, dir, name, func() bool { return listening(p.PID, "tincd", tincPort) })
+		if err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// tincPort is tinc's TCP and UDP port.
+const tincPort = 655
+
+// listening reports whether process pid runs prog and its network
+// namespace has a TCP socket listening on port (any address), read from
+// /proc/PID/net/tcp. Checking the program first skips the moment before
+// "ip netns exec" has entered the namespace and run it, when the table
+// is the host's.
+func listening(pid int, prog string, port int) bool {
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil || strings.TrimSpace(string(comm)) != prog {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", pid))
+	if err != nil {
+		return false
+	}
+	return tcpListens(string(b), port)
+}
+
+// tcpListens reports whether a /proc/net/tcp table has a socket in state
+// LISTEN (0A) on the local port. A row reads
+// "  0: 010012C6:028F 00000000:0000 0A ...".
+func tcpListens(table string, port int) bool {
+	want := fmt.Sprintf(":%04X", port)
+	for _, line := range strings.Split(table, "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 3 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
+			return true
+		}
+	}
+	return false
 }
 
 func writeTincConfigs(st *State, base string) error {
@@ -107,18 +150,20 @@ func writeTincConfigs(st *State, base string) error {
 		}
 		conf := []string{"Name = " + name, "Mode = switch", "DeviceType = tap", "Device = /dev/net/tun",
 			"Interface = tap0", "AddressFamily = ipv4", "BindToAddress = " + site.Underlay}
-		// Each site connects to every site started before it: that makes
-		// a full mesh of meta connections, one per pair. When two sites
-		// connect to each other at the same moment, tinc closes one of
-		// the two connections and retries after 5 s.
-		for _, peer := range st.Sites {
-			if peer.Name == site.Name {
-				break
-			}
-			conf = append(conf, "ConnectTo = "+tincName(peer.Name))
+		// Every other site makes its one meta connection to the first
+		// site: a star. Data still flows directly between any two sites
+		// over UDP, as tinc sends each node's packets to the address its
+		// edges announce; only meta messages and broadcasts pass the hub.
+		// A full mesh would give a pair two meta paths, and tinc 1.0 can
+		// then take a session key that arrives late over the longer path
+		// for the newer one that came directly. The peer then drops every
+		// packet as unauthenticated until the key expires (an hour), so
+		// one site in several startups could not reach another.
+		if site.Name != st.Sites[0].Name {
+			conf = append(conf, "ConnectTo = "+tincName(st.Sites[0].Name))
 		}
 		up := fmt.Sprintf("#!/bin/sh\nip link set $INTERFACE mtu %d master br0 up\n", st.HostMTU)
-		host := fmt.Sprintf("Address = %s\nPort = 655\n", site.Underlay)
+		host := fmt.Sprintf("Address = %s\nPort = %d\n", site.Underlay, tincPort)
 		files := map[string]string{"tinc.conf": strings.Join(conf, "\n") + "\n", "tinc-up": up, "hosts/" + name: host}
 		for f, text := range files {
 			if err := os.WriteFile(filepath.Join(cdir, f), []byte(text), 0o700); err != nil {
