@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -36,7 +37,39 @@ func startOverlay(ctx context.Context, st *State, sc *scenario.Scenario, o Optio
 	}
 	// Every site meets every other, so a large overlay takes longer to
 	// come up on one machine.
-	return waitOverlay(ctx, st, 20*time.Second+time.Duration(len(st.Sites))*time.Second)
+	err := waitOverlay(ctx, st, 20*time.Second+time.Duration(len(st.Sites))*time.Second)
+	var u *unreachableError
+	if errors.As(err, &u) {
+		return fmt.Errorf("%w%s", err, daemonLogs(o, st.Sites[0].Name, u.site))
+	}
+	return err
+}
+
+// daemonLogs quotes the end of the logs of the overlay daemons on the
+// named sites, so that an overlay that does not come up says why.
+func daemonLogs(o Options, sites ...string) string {
+	prefix := map[string]string{"tinc": "tinc-", "detour": "agent-", "detour-plain": "agent-"}[o.Overlay]
+	if prefix == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, site := range sites {
+		name := prefix + tincName(site)
+		fmt.Fprintf(&b, "\nend of %s.log:\n%s", name, logTail(o.StateDir, name))
+	}
+	return b.String()
+}
+
+// unreachableError means the first site's host could not reach a host
+// of site through the overlay in time.
+type unreachableError struct {
+	site, addr string
+	from       string
+	timeout    time.Duration
+}
+
+func (e *unreachableError) Error() string {
+	return fmt.Sprintf("no ping from %s to %s (%s) through the overlay after %v", e.from, e.site, e.addr, e.timeout)
 }
 
 // startVXLAN builds a full mesh of kernel VXLAN: one vx0 per gateway,
@@ -345,7 +378,7 @@ func waitOverlay(ctx context.Context, st *State, timeout time.Duration) error {
 				return ctx.Err()
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("no ping from %s to %s (%s) through the overlay after %v", st.Sites[0].Name, site.Name, dst, timeout)
+				return &unreachableError{site: site.Name, addr: dst, from: st.Sites[0].Name, timeout: timeout}
 			}
 		}
 	}

@@ -1,6 +1,11 @@
 package testbed
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
 
 // A /proc/net/tcp table as Linux 6.18 prints it: a header, a socket
 // listening on 198.18.0.1:655, one connected to that port from elsewhere
@@ -27,5 +32,32 @@ func TestTCPListens(t *testing.T) {
 		if got := tcpListens(c.table, c.port); got != c.want {
 			t.Errorf("tcpListens(port %d) = %v, want %v", c.port, got, c.want)
 		}
+	}
+}
+
+// TestDaemonLogsQuoteTheOverlaysLogs: an overlay that does not come up
+// quotes the end of its daemons' logs on both sites; kernel VXLAN has none.
+func TestDaemonLogsQuoteTheOverlaysLogs(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"tinc-fujisawa.log":  "tincd 1.0.36 starting\nReady\n",
+		"tinc-us_east.log":   "Error while connecting to fujisawa: Connection refused\n",
+		"agent-fujisawa.log": "agent: up\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := daemonLogs(Options{Overlay: "tinc", StateDir: dir}, "Fujisawa", "US-East")
+	for _, want := range []string{"end of tinc-fujisawa.log:\ntincd 1.0.36 starting\nReady", "end of tinc-us_east.log:\nError while connecting"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("tinc logs %q lack %q", got, want)
+		}
+	}
+	if got := daemonLogs(Options{Overlay: "detour", StateDir: dir}, "Fujisawa"); !strings.Contains(got, "agent: up") {
+		t.Errorf("detour logs %q lack the agent's", got)
+	}
+	if got := daemonLogs(Options{Overlay: "vxlan", StateDir: dir}, "Fujisawa"); got != "" {
+		t.Errorf("vxlan has no daemon, got %q", got)
 	}
 }
