@@ -1428,16 +1428,13 @@ func TestEdgeMigration(t *testing.T) {
 // TestEdgeEncryptionCost: one TCP flow and the idle ping RTT between
 // Fujisawa's and Seoul's hosts on leon-japan with zero delays, with
 // --overlay detour and detour-plain. Encryption may cost throughput, but
-// not two thirds of it, and not more than 0.5 ms of RTT.
+// not more than half of it, and not more than 0.5 ms of RTT.
 //
-// The harness (scripts/bench-overlays.sh) measures what encryption
-// costs; this bound only catches an encrypted path that has lost its
-// fast path (without offloads it carries about 0.27 of the clear path's
-// rate). Both overlays are pinned to the direct path: at zero delay a
-// flood that queues the direct link's probes can move the route through
-// Inagi, which is slower on two shared cores, and one 4-second flow then
-// ranged from 0.41 to 0.99 of the clear rate. Each overlay also gets the
-// better of two flows.
+// Both overlays are pinned to the direct path: at zero delay a flood that
+// queues the direct link's probes can move the route through Inagi, which
+// is slower on two shared cores, and the two overlays were then compared
+// on different paths (one 4-second flow ranged from 0.41 to 0.99 of the
+// clear rate). Each overlay also gets the better of two flows.
 func TestEdgeEncryptionCost(t *testing.T) {
 	secs := envInt("DETOUR_EDGE_SECONDS", 4)
 	thr, rtt := map[string]float64{}, map[string]float64{}
@@ -1449,11 +1446,12 @@ func TestEdgeEncryptionCost(t *testing.T) {
 			o.pin(t, "Seoul", "Fujisawa")
 			rtts := o.hostPing(t, "Fujisawa", "Seoul", 100, "0.01")
 			rtt[ov] = median(rtts)
+			t.Logf("%s, zero delays: idle ping median %.3f ms (p95 %.3f, %d replies)", ov, rtt[ov], percentile(rtts, 95), len(rtts))
 			for try := 0; try < 2; try++ {
 				r := iperfNS(t, src.NS, dst.NS, dst.Addr, 5440, "-t", strconv.Itoa(secs), "-O", "1")
 				thr[ov] = max(thr[ov], r.RecvMbps)
-				t.Logf("%s, zero delays, path Fujisawa->Seoul %q: idle ping median %.3f ms (p95 %.3f, %d replies); iperf3 -t %d -O 1: %.1f Mbit/s (per second %.1f)",
-					ov, o.path(o.idx("Fujisawa"), "Seoul"), rtt[ov], percentile(rtts, 95), len(rtts), secs, r.RecvMbps, r.Intervals)
+				t.Logf("%s, path Fujisawa->Seoul %q: iperf3 -t %d -O 1: %.1f Mbit/s (per second %.1f)",
+					ov, o.path(o.idx("Fujisawa"), "Seoul"), secs, r.RecvMbps, r.Intervals)
 			}
 		})
 	}
@@ -1462,8 +1460,8 @@ func TestEdgeEncryptionCost(t *testing.T) {
 	}
 	t.Logf("encryption cost, one TCP flow: %.1f vs %.1f Mbit/s (%+.1f %%); idle RTT %.3f vs %.3f ms (%+.3f ms)",
 		thr["detour"], thr["detour-plain"], (thr["detour"]/thr["detour-plain"]-1)*100, rtt["detour"], rtt["detour-plain"], rtt["detour"]-rtt["detour-plain"])
-	if thr["detour"] < thr["detour-plain"]/3 {
-		t.Errorf("encrypted throughput %.1f Mbit/s is less than a third of %.1f in the clear", thr["detour"], thr["detour-plain"])
+	if thr["detour"] < 0.5*thr["detour-plain"] {
+		t.Errorf("encrypted throughput %.1f Mbit/s is less than half of %.1f in the clear", thr["detour"], thr["detour-plain"])
 	}
 	if rtt["detour"]-rtt["detour-plain"] > 0.5 {
 		t.Errorf("encryption adds %.3f ms to the idle RTT", rtt["detour"]-rtt["detour-plain"])
