@@ -21,12 +21,10 @@ type OffloadTAP struct {
 	tap *TAP
 
 	// Read side, used by one goroutine.
-	raw     [][]byte // super-frames as read, behind their virtio_net_hdr
-	rawSize []int
-	rawN    int // super-frames read
-	rawNext int // the next one to split
-	split   [][]byte
-	splitSz []int
+	arena   []byte   // what frames are read into, packed
+	raw     [][]byte // frames and super-frames as read, behind their virtio_net_hdr (views of arena)
+	rawN    int      // frames read
+	rawNext int      // the next one to split
 
 	// Write side.
 	wmu   sync.Mutex
@@ -34,8 +32,14 @@ type OffloadTAP struct {
 	plain []byte
 }
 
-// superFrames is how many super-frames one read may take.
-const superFrames = 4
+// A read of the device takes frames into one arena, packed, while there is
+// room for the largest super-frame: up to rawFrames small frames (64-byte
+// datagrams give as many as one batch of the data path can take) or at
+// least superFrames super-frames of 64 KB per wake-up.
+const (
+	superFrames = 4
+	rawFrames   = 128
+)
 
 // superFrameSize holds a virtio_net_hdr and the largest super-frame.
 const superFrameSize = offload.HdrLen + 65535 + 18
@@ -53,11 +57,8 @@ func OpenOffloadTAP(name string, mtu int, bridge string) (*OffloadTAP, error) {
 	if t.USO() {
 		co.EnableUDP()
 	}
-	o := &OffloadTAP{tap: t, rawSize: make([]int, superFrames),
+	o := &OffloadTAP{tap: t, arena: make([]byte, superFrames*(superFrameSize+8)), raw: make([][]byte, rawFrames),
 		co: co, plain: make([]byte, superFrameSize)}
-	for i := 0; i < superFrames; i++ {
-		o.raw = append(o.raw, make([]byte, superFrameSize))
-	}
 	return o, nil
 }
 
@@ -68,7 +69,7 @@ func OpenOffloadTAP(name string, mtu int, bridge string) (*OffloadTAP, error) {
 // (a UDP super-frame carries up to 128 datagrams on recent kernels).
 func (o *OffloadTAP) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	if o.rawNext == o.rawN {
-		n, err := o.tap.ReadBatch(o.raw, o.rawSize)
+		n, err := o.tap.ReadPacked(o.arena, superFrameSize, o.raw)
 		if err != nil {
 			return 0, err
 		}
@@ -76,7 +77,7 @@ func (o *OffloadTAP) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	}
 	out := 0
 	for o.rawNext < o.rawN {
-		n, err := offload.Split(o.raw[o.rawNext][:o.rawSize[o.rawNext]], bufs[out:], sizes[out:])
+		n, err := offload.Split(o.raw[o.rawNext], bufs[out:], sizes[out:])
 		if errors.Is(err, offload.ErrNoRoom) && out > 0 {
 			break // the rest of this super-frame goes in the next batch
 		}

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/detour-overlay/detour/internal/offload"
 	"github.com/vishvananda/netlink"
@@ -267,4 +269,89 @@ func peerDatagram(frame []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return udp[8:], true
+}
+
+// TestOffloadTAPReadsManySmallFramesPerWakeup sends 100 small datagrams,
+// one system call each, out of an OffloadTAP in a new network namespace
+// and checks that one ReadBatch takes them all: the device's reads pack
+// small frames into memory sized for four 64 KB super-frames (it took four
+// frames per wake-up when each read had a super-frame's buffer of its own,
+// and 64-byte traffic paid a wake-up and a send per four frames).
+func TestOffloadTAPReadsManySmallFramesPerWakeup(t *testing.T) {
+	const count = 100
+	inNewNetns(t, func() {
+		o, _, err := openUSOTAP()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer o.Close()
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer unix.Close(fd)
+		to := &unix.SockaddrInet4{Port: 5556}
+		copy(to.Addr[:], usoPeer)
+		for i := 0; i < count; i++ {
+			if err := unix.Sendto(fd, []byte(fmt.Sprintf("datagram %03d", i)), 0, to); err != nil {
+				t.Errorf("send %d: %v", i, err)
+				return
+			}
+		}
+		o.tap.f.SetReadDeadline(time.Now().Add(3 * time.Second))
+		bufs, sizes := make([][]byte, 128), make([]int, 128)
+		for i := range bufs {
+			bufs[i] = make([]byte, 1518)
+		}
+		n, err := o.ReadBatch(bufs, sizes)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var got []string
+		for i := 0; i < n; i++ {
+			if p, ok := peerDatagram(bufs[i][:sizes[i]]); ok {
+				got = append(got, string(p))
+			}
+		}
+		// The namespace may add a frame of its own (IPv6 neighbour
+		// discovery on the new device), so count ours only.
+		if len(got) != count {
+			t.Fatalf("one ReadBatch gave %d frames, %d of them the datagrams sent; want all %d", n, len(got), count)
+		}
+		for i, p := range got {
+			if want := fmt.Sprintf("datagram %03d", i); p != want {
+				t.Errorf("frame %d: %q, want %q", i, p, want)
+			}
+		}
+		for i := 0; i < o.rawN; i++ {
+			off := int(uintptr(unsafe.Pointer(&o.raw[i][0])) - uintptr(unsafe.Pointer(&o.arena[0])))
+			if off%8 != 0 || off < 0 || off+len(o.raw[i]) > len(o.arena) {
+				t.Errorf("frame %d read at offset %d (%d bytes) of the %d-byte arena", i, off, len(o.raw[i]), len(o.arena))
+			}
+		}
+	})
+}
+
+// TestTAPReadPackedBadArena: an arena smaller than one read's room, or no
+// frames to fill, is an error that names the sizes, not a short read.
+func TestTAPReadPackedBadArena(t *testing.T) {
+	inNewNetns(t, func() {
+		tap, err := OpenTAPWith("dtpk0", 1500, "", TAPOptions{})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer tap.Close()
+		for _, c := range []struct {
+			arena, room, frames int
+		}{{100, 1518, 8}, {4096, 0, 8}, {4096, 1518, 0}} {
+			_, err := tap.ReadPacked(make([]byte, c.arena), c.room, make([][]byte, c.frames))
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("arena of %d bytes", c.arena)) {
+				t.Errorf("arena %d, room %d, %d frames: %v", c.arena, c.room, c.frames, err)
+			}
+		}
+	})
 }

@@ -24,10 +24,14 @@ type TAP struct {
 		sizes []int
 		n     int
 		err   error
+		// For ReadPacked: the arena frames are read into, the room a
+		// read needs and the offset of the next one.
+		arena     []byte
+		room, off int
 	}
-	readFn func(fd uintptr) bool
-	vnet   bool
-	uso    bool
+	readFn, packedFn func(fd uintptr) bool
+	vnet             bool
+	uso              bool
 }
 
 // TAPOptions are the optional features of OpenTAPWith.
@@ -94,7 +98,7 @@ func OpenTAPWith(name string, mtu int, bridge string, o TAPOptions) (*TAP, error
 		t.Close()
 		return nil, err
 	}
-	t.readFn = t.readReady
+	t.readFn, t.packedFn = t.readReady, t.readPackedReady
 	if err := t.configure(mtu, bridge); err != nil {
 		t.Close()
 		return nil, err
@@ -181,6 +185,51 @@ func (t *TAP) readReady(fd uintptr) bool {
 		}
 		t.rb.sizes[t.rb.n] = n
 		t.rb.n++
+	}
+	return true
+}
+
+// ReadPacked reads frames one after the other into arena, each at the next
+// 8-byte boundary after the one before, for as long as room bytes are left
+// for the next read (the largest frame the device can give) and fewer than
+// len(frames) were read; frames[:n] are the frames read. One wake-up of the
+// poller thus reads many small frames into memory sized for a few large
+// ones.
+func (t *TAP) ReadPacked(arena []byte, room int, frames [][]byte) (int, error) {
+	if room <= 0 || len(arena) < room || len(frames) == 0 {
+		return 0, fmt.Errorf("device: read %s: arena of %d bytes for reads of %d into %d frames", t.name, len(arena), room, len(frames))
+	}
+	t.rb.bufs, t.rb.n, t.rb.err = frames, 0, nil
+	t.rb.arena, t.rb.room, t.rb.off = arena, room, 0
+	err := t.raw.Read(t.packedFn)
+	t.rb.arena = nil
+	if err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			return 0, ErrClosed
+		}
+		return 0, err
+	}
+	return t.rb.n, t.rb.err
+}
+
+// readPackedReady is readReady for ReadPacked.
+func (t *TAP) readPackedReady(fd uintptr) bool {
+	rb := &t.rb
+	for rb.n < len(rb.bufs) && len(rb.arena)-rb.off >= rb.room {
+		n, err := rawRead(fd, rb.arena[rb.off:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			return rb.n > 0
+		}
+		if err != nil {
+			rb.err = fmt.Errorf("device: read %s: %w", t.name, err)
+			return true
+		}
+		rb.bufs[rb.n] = rb.arena[rb.off : rb.off+n : rb.off+n]
+		rb.n++
+		rb.off += (n + 7) &^ 7
 	}
 	return true
 }
