@@ -355,3 +355,64 @@ func TestTAPReadPackedBadArena(t *testing.T) {
 		}
 	})
 }
+
+// TestTAPReadBatchReadsEveryQueuedFrame: a plain TAP (no offloads) reads
+// each queued frame into a buffer of its own, all of them in one batch.
+func TestTAPReadBatchReadsEveryQueuedFrame(t *testing.T) {
+	const count = 20
+	inNewNetns(t, func() {
+		tap, err := OpenTAPWith("dtpl0", 1500, "", TAPOptions{})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer tap.Close()
+		link, err := netlink.LinkByName("dtpl0")
+		if err == nil {
+			err = netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: usoLocal, Mask: net.CIDRMask(24, 32)}})
+		}
+		if err == nil {
+			err = netlink.NeighAdd(&netlink.Neigh{LinkIndex: link.Attrs().Index, State: netlink.NUD_PERMANENT, IP: usoPeer, HardwareAddr: usoPeerMAC})
+		}
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		conn, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: usoPeer, Port: 5556})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		for i := 0; i < count; i++ {
+			if _, err := conn.Write([]byte(fmt.Sprintf("datagram %03d", i))); err != nil {
+				t.Errorf("send %d: %v", i, err)
+				return
+			}
+		}
+		tap.f.SetReadDeadline(time.Now().Add(3 * time.Second))
+		bufs, sizes := make([][]byte, 64), make([]int, 64)
+		for i := range bufs {
+			bufs[i] = make([]byte, 1518)
+		}
+		n, err := tap.ReadBatch(bufs, sizes)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var got []string
+		for i := 0; i < n; i++ {
+			if p, ok := peerDatagram(bufs[i][:sizes[i]]); ok {
+				got = append(got, string(p))
+			}
+		}
+		if len(got) != count {
+			t.Fatalf("one ReadBatch gave %d frames, %d of them the datagrams sent; want all %d", n, len(got), count)
+		}
+		for i, p := range got {
+			if want := fmt.Sprintf("datagram %03d", i); p != want {
+				t.Errorf("frame %d: %q, want %q", i, p, want)
+			}
+		}
+	})
+}

@@ -29,9 +29,9 @@ type TAP struct {
 		arena     []byte
 		room, off int
 	}
-	readFn, packedFn func(fd uintptr) bool
-	vnet             bool
-	uso              bool
+	readFn func(fd uintptr) bool
+	vnet   bool
+	uso    bool
 }
 
 // TAPOptions are the optional features of OpenTAPWith.
@@ -98,7 +98,7 @@ func OpenTAPWith(name string, mtu int, bridge string, o TAPOptions) (*TAP, error
 		t.Close()
 		return nil, err
 	}
-	t.readFn, t.packedFn = t.readReady, t.readPackedReady
+	t.readFn = t.readReady
 	if err := t.configure(mtu, bridge); err != nil {
 		t.Close()
 		return nil, err
@@ -158,35 +158,8 @@ func (t *TAP) Read(b []byte) (int, error) {
 // ReadBatch implements Device: one wake-up of the poller reads every frame
 // the kernel has queued, up to len(bufs).
 func (t *TAP) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
-	t.rb.bufs, t.rb.sizes, t.rb.n, t.rb.err = bufs, sizes, 0, nil
-	if err := t.raw.Read(t.readFn); err != nil {
-		if errors.Is(err, os.ErrClosed) {
-			return 0, ErrClosed
-		}
-		return 0, err
-	}
-	return t.rb.n, t.rb.err
-}
-
-// readReady reads frames until the device would block or the batch is
-// full; it returns false (wait for readiness) only when nothing was read.
-func (t *TAP) readReady(fd uintptr) bool {
-	for t.rb.n < len(t.rb.bufs) {
-		n, err := rawRead(fd, t.rb.bufs[t.rb.n])
-		if err == unix.EINTR {
-			continue
-		}
-		if err == unix.EAGAIN {
-			return t.rb.n > 0
-		}
-		if err != nil {
-			t.rb.err = fmt.Errorf("device: read %s: %w", t.name, err)
-			return true
-		}
-		t.rb.sizes[t.rb.n] = n
-		t.rb.n++
-	}
-	return true
+	t.rb.bufs, t.rb.sizes, t.rb.arena = bufs, sizes, nil
+	return t.readBatch()
 }
 
 // ReadPacked reads frames one after the other into arena, each at the next
@@ -199,11 +172,17 @@ func (t *TAP) ReadPacked(arena []byte, room int, frames [][]byte) (int, error) {
 	if room <= 0 || len(arena) < room || len(frames) == 0 {
 		return 0, fmt.Errorf("device: read %s: arena of %d bytes for reads of %d into %d frames", t.name, len(arena), room, len(frames))
 	}
-	t.rb.bufs, t.rb.n, t.rb.err = frames, 0, nil
+	t.rb.bufs, t.rb.sizes = frames, nil
 	t.rb.arena, t.rb.room, t.rb.off = arena, room, 0
-	err := t.raw.Read(t.packedFn)
+	n, err := t.readBatch()
 	t.rb.arena = nil
-	if err != nil {
+	return n, err
+}
+
+// readBatch runs readReady on the next wake-up of the poller.
+func (t *TAP) readBatch() (int, error) {
+	t.rb.n, t.rb.err = 0, nil
+	if err := t.raw.Read(t.readFn); err != nil {
 		if errors.Is(err, os.ErrClosed) {
 			return 0, ErrClosed
 		}
@@ -212,11 +191,22 @@ func (t *TAP) ReadPacked(arena []byte, room int, frames [][]byte) (int, error) {
 	return t.rb.n, t.rb.err
 }
 
-// readPackedReady is readReady for ReadPacked.
-func (t *TAP) readPackedReady(fd uintptr) bool {
+// readReady reads frames until the device would block or the batch is
+// full; it returns false (wait for readiness) only when nothing was read.
+// With an arena (ReadPacked) each frame goes to the arena's next free
+// bytes, while room is left, and bufs get views of it; otherwise each
+// frame goes to its own buffer and sizes get the lengths.
+func (t *TAP) readReady(fd uintptr) bool {
 	rb := &t.rb
-	for rb.n < len(rb.bufs) && len(rb.arena)-rb.off >= rb.room {
-		n, err := rawRead(fd, rb.arena[rb.off:])
+	for rb.n < len(rb.bufs) {
+		dst := rb.bufs[rb.n]
+		if rb.arena != nil {
+			if len(rb.arena)-rb.off < rb.room {
+				break
+			}
+			dst = rb.arena[rb.off:]
+		}
+		n, err := rawRead(fd, dst)
 		if err == unix.EINTR {
 			continue
 		}
@@ -227,9 +217,13 @@ func (t *TAP) readPackedReady(fd uintptr) bool {
 			rb.err = fmt.Errorf("device: read %s: %w", t.name, err)
 			return true
 		}
-		rb.bufs[rb.n] = rb.arena[rb.off : rb.off+n : rb.off+n]
+		if rb.arena != nil {
+			rb.bufs[rb.n] = dst[:n:n]
+			rb.off += (n + 7) &^ 7
+		} else {
+			rb.sizes[rb.n] = n
+		}
 		rb.n++
-		rb.off += (n + 7) &^ 7
 	}
 	return true
 }
