@@ -271,6 +271,56 @@ func peerDatagram(frame []byte) ([]byte, bool) {
 	return udp[8:], true
 }
 
+// sendNumbered sends count datagrams "datagram 000", "datagram 001", ... to
+// the peer's port 5556, one system call each.
+func sendNumbered(count int) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	to := &unix.SockaddrInet4{Port: 5556}
+	copy(to.Addr[:], usoPeer)
+	for i := 0; i < count; i++ {
+		if err := unix.Sendto(fd, []byte(fmt.Sprintf("datagram %03d", i)), 0, to); err != nil {
+			return fmt.Errorf("send %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// checkOneBatch makes one call of read with nbufs MTU-sized buffers and
+// checks that it gave all count datagrams of sendNumbered, in order. The
+// namespace may add a frame of its own (IPv6 neighbour discovery on the
+// new device), so only the datagrams to the peer are counted.
+func checkOneBatch(t *testing.T, read func([][]byte, []int) (int, error), nbufs, count int) {
+	t.Helper()
+	bufs, sizes := make([][]byte, nbufs), make([]int, nbufs)
+	for i := range bufs {
+		bufs[i] = make([]byte, 1518)
+	}
+	n, err := read(bufs, sizes)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	var got []string
+	for i := 0; i < n; i++ {
+		if p, ok := peerDatagram(bufs[i][:sizes[i]]); ok {
+			got = append(got, string(p))
+		}
+	}
+	if len(got) != count {
+		t.Errorf("one ReadBatch gave %d frames, %d of them the datagrams sent; want all %d", n, len(got), count)
+		return
+	}
+	for i, p := range got {
+		if want := fmt.Sprintf("datagram %03d", i); p != want {
+			t.Errorf("frame %d: %q, want %q", i, p, want)
+		}
+	}
+}
+
 // TestOffloadTAPReadsManySmallFramesPerWakeup sends 100 small datagrams,
 // one system call each, out of an OffloadTAP in a new network namespace
 // and checks that one ReadBatch takes them all: the device's reads pack
@@ -286,46 +336,12 @@ func TestOffloadTAPReadsManySmallFramesPerWakeup(t *testing.T) {
 			return
 		}
 		defer o.Close()
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
+		if err := sendNumbered(count); err != nil {
 			t.Error(err)
 			return
-		}
-		defer unix.Close(fd)
-		to := &unix.SockaddrInet4{Port: 5556}
-		copy(to.Addr[:], usoPeer)
-		for i := 0; i < count; i++ {
-			if err := unix.Sendto(fd, []byte(fmt.Sprintf("datagram %03d", i)), 0, to); err != nil {
-				t.Errorf("send %d: %v", i, err)
-				return
-			}
 		}
 		o.tap.f.SetReadDeadline(time.Now().Add(3 * time.Second))
-		bufs, sizes := make([][]byte, 128), make([]int, 128)
-		for i := range bufs {
-			bufs[i] = make([]byte, 1518)
-		}
-		n, err := o.ReadBatch(bufs, sizes)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		var got []string
-		for i := 0; i < n; i++ {
-			if p, ok := peerDatagram(bufs[i][:sizes[i]]); ok {
-				got = append(got, string(p))
-			}
-		}
-		// The namespace may add a frame of its own (IPv6 neighbour
-		// discovery on the new device), so count ours only.
-		if len(got) != count {
-			t.Fatalf("one ReadBatch gave %d frames, %d of them the datagrams sent; want all %d", n, len(got), count)
-		}
-		for i, p := range got {
-			if want := fmt.Sprintf("datagram %03d", i); p != want {
-				t.Errorf("frame %d: %q, want %q", i, p, want)
-			}
-		}
+		checkOneBatch(t, o.ReadBatch, 128, count)
 		for i := 0; i < o.rawN; i++ {
 			off := int(uintptr(unsafe.Pointer(&o.raw[i][0])) - uintptr(unsafe.Pointer(&o.arena[0])))
 			if off%8 != 0 || off < 0 || off+len(o.raw[i]) > len(o.arena) {
@@ -378,41 +394,11 @@ func TestTAPReadBatchReadsEveryQueuedFrame(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		conn, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: usoPeer, Port: 5556})
-		if err != nil {
+		if err := sendNumbered(count); err != nil {
 			t.Error(err)
 			return
-		}
-		defer conn.Close()
-		for i := 0; i < count; i++ {
-			if _, err := conn.Write([]byte(fmt.Sprintf("datagram %03d", i))); err != nil {
-				t.Errorf("send %d: %v", i, err)
-				return
-			}
 		}
 		tap.f.SetReadDeadline(time.Now().Add(3 * time.Second))
-		bufs, sizes := make([][]byte, 64), make([]int, 64)
-		for i := range bufs {
-			bufs[i] = make([]byte, 1518)
-		}
-		n, err := tap.ReadBatch(bufs, sizes)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		var got []string
-		for i := 0; i < n; i++ {
-			if p, ok := peerDatagram(bufs[i][:sizes[i]]); ok {
-				got = append(got, string(p))
-			}
-		}
-		if len(got) != count {
-			t.Fatalf("one ReadBatch gave %d frames, %d of them the datagrams sent; want all %d", n, len(got), count)
-		}
-		for i, p := range got {
-			if want := fmt.Sprintf("datagram %03d", i); p != want {
-				t.Errorf("frame %d: %q, want %q", i, p, want)
-			}
-		}
+		checkOneBatch(t, tap.ReadBatch, 64, count)
 	})
 }
