@@ -10,6 +10,8 @@ through the relay Inagi (pinned with `detour route pin` on both ends):
   - TCP throughput, one flow and four flows (iperf3),
   - UDP datagrams per second received with 64-byte and large payloads
     (iperf3 -b 0), and the loss when sending at 80 % of that maximum,
+    with the gateways' overlay processes on one CPU and both iperf3 on the
+    others (CoreLayout; --udp-layout free leaves them to the scheduler),
   - ping RTT at idle and under the single TCP flow,
   - CPU seconds per GB carried by each gateway's overlay process
     (/proc/PID/stat; kernel overlays work in softirq context and are not
@@ -20,7 +22,7 @@ range. It is written, with the raw samples and a plot, to
 results/bench/DATE/ and printed. Everything runs in the testbed's own
 namespaces (198.18.0.0/15) and is torn down, by PID, even on failure.
 
-usage: bench_overlays.py --bin bin/detour [--runs 3] [--secs 3] [--out DIR]
+usage: bench_overlays.py --bin bin/detour [--runs 3] [--secs 3] [--udp-layout pinned|free] [--out DIR]
 """
 
 import argparse
@@ -142,14 +144,14 @@ def rss_mb(pid):
 PORT = [5300]
 
 
-def iperf(src_ns, dst_ns, dst_addr, args, secs):
-    """Runs one iperf3 test and returns its JSON result."""
+def iperf(src_ns, dst_ns, dst_addr, args, secs, prefix=()):
+    """Runs one iperf3 test, each iperf3 behind the command prefix, and returns its JSON result."""
     PORT[0] += 1
     port = str(PORT[0])
-    srv = CHILDREN.start(netns(dst_ns, "iperf3", "-s", "-1", "-p", port))
+    srv = CHILDREN.start(netns(dst_ns, *prefix, "iperf3", "-s", "-1", "-p", port))
     try:
         for _ in range(50):
-            r = subprocess.run(netns(src_ns, "iperf3", "-c", dst_addr, "-p", port, "-t", str(secs), "-J", *args),
+            r = subprocess.run(netns(src_ns, *prefix, "iperf3", "-c", dst_addr, "-p", port, "-t", str(secs), "-J", *args),
                                capture_output=True, timeout=secs + 20)
             out = json.loads(r.stdout or b"{}")
             if "end" in out and "error" not in out:
@@ -223,15 +225,68 @@ def raise_sockbuf_max():
     return restore
 
 
-def udp_pps(ends, size, secs):
+class CoreLayout:
+    """Runs the gateways' overlay processes on one core and the hosts on the others.
+
+    On a real deployment a gateway does not share its CPU with the hosts
+    that send and receive through it. On this two-core testbed it does, and
+    left to the scheduler the receiving chain (the receiving gateway woken by
+    the sender's packets, then the receiving iperf3) wakes on the sending
+    gateway's core and keeps it from its TAP for milliseconds, while the
+    sending iperf3, itself held back, catches up in a burst of 300-500 kpps:
+    the TAP's queue overflows at rates far below the top one. In the UDP
+    tests of an overlay with gateway processes, they run on the last CPU and
+    both iperf3 on the others. Kernel overlays have no such process (they
+    run in the hosts' system calls and softirqs) and run unpinned; so does
+    everything with --udp-layout free or on one CPU."""
+
+    def __init__(self, daemons, enabled):
+        cpus = sorted(os.sched_getaffinity(0))
+        self.daemons = [p for p in daemons if p]
+        self.on = enabled and bool(self.daemons) and len(cpus) > 1
+        self.gw, self.rest = {cpus[-1]}, set(cpus[:-1])
+        self.saved = {}
+
+    def __enter__(self):
+        if self.on:
+            for pid in self.daemons:
+                self._pin(pid, self.gw)
+        return self
+
+    def __exit__(self, *_):
+        for pid, mask in self.saved.items():
+            self._pin(pid, mask)  # threads started meanwhile too
+        self.saved = {}
+
+    def _pin(self, pid, cpus):
+        """Sets the CPUs of every thread of pid, remembering the process's own."""
+        try:
+            self.saved.setdefault(pid, os.sched_getaffinity(pid))
+            for t in os.listdir(f"/proc/{pid}/task"):
+                try:
+                    os.sched_setaffinity(int(t), cpus)
+                except OSError:
+                    pass  # the thread has exited
+        except OSError:
+            pass  # the process has exited
+
+    def prefix(self):
+        """The command prefix that runs a program on the test's other CPUs."""
+        if not self.on:
+            return []
+        return ["taskset", "-c", ",".join(str(c) for c in sorted(self.rest))]
+
+
+def udp_pps(ends, size, secs, layout):
     """Received datagrams per second at full speed, then the loss at 80 %."""
     src_ns, dst_ns, dst_addr = ends
     buf = ["-w", str(UDP_SOCKBUF)]
-    out = iperf(src_ns, dst_ns, dst_addr, ["-u", "-b", "0", "-l", str(size), *buf], secs)
-    rx = out["end"]["sum_received"]
-    pps = rx["bytes"] / size / rx["seconds"]
-    rate = int(pps * 0.8 * size * 8)
-    out = iperf(src_ns, dst_ns, dst_addr, ["-u", "-b", str(rate), "-l", str(size), *buf], secs)
+    with layout:
+        out = iperf(src_ns, dst_ns, dst_addr, ["-u", "-b", "0", "-l", str(size), *buf], secs, layout.prefix())
+        rx = out["end"]["sum_received"]
+        pps = rx["bytes"] / size / rx["seconds"]
+        rate = int(pps * 0.8 * size * 8)
+        out = iperf(src_ns, dst_ns, dst_addr, ["-u", "-b", str(rate), "-l", str(size), *buf], secs, layout.prefix())
     return pps, out["end"]["sum_received"]["lost_percent"]
 
 
@@ -269,8 +324,9 @@ def measure(tb, overlay, path, args, full):
         r["tcp1"], r["rtt_load"], r["cpu"] = tcp_with_load_ping(tb, ends, args.secs, pids)
         if full:
             r["tcp4"] = iperf(ends[0], ends[1], ends[2], ["-P", "4"], args.secs)["end"]["sum_received"]["bits_per_second"] / 1e9
-            r["udp64"], r["loss64"] = udp_pps(ends, 64, args.udp_secs)
-            r["udpL"], r["lossL"] = udp_pps(ends, LARGE, args.udp_secs)
+            layout = lambda: CoreLayout(pids.values(), args.udp_layout == "pinned")
+            r["udp64"], r["loss64"] = udp_pps(ends, 64, args.udp_secs, layout())
+            r["udpL"], r["lossL"] = udp_pps(ends, LARGE, args.udp_secs, layout())
             r.update(run_hooks(tb, ends))
         runs.append(r)
     rss = {s: rss_mb(p) for s, p in pids.items()}
@@ -440,6 +496,8 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--secs", type=int, default=3, help="seconds per TCP test")
     ap.add_argument("--udp-secs", type=int, default=2, help="seconds per UDP test")
+    ap.add_argument("--udp-layout", choices=("pinned", "free"), default="pinned",
+                    help="pinned: in the UDP tests the gateways' processes run on one CPU, the hosts on the others (see CoreLayout)")
     ap.add_argument("--overlays", default=",".join(OVERLAYS))
     ap.add_argument("--no-emulator", action="store_true", help="skip the reference run over the emulator")
     ap.add_argument("--out", default="")
@@ -474,7 +532,9 @@ def main():
     note = (f"Fujisawa → Seoul on {args.scenario}; {args.runs} runs on the kernel underlay (median, range), "
             f"one over the emulator (same sites, zero delay) for TCP×1 and RTT. {machine}. "
             f"detour pinned to the direct path, and for Relay through {RELAY}. CPU from /proc/PID/stat of each gateway's daemon "
-            f"(Fuj/Ina/Seo). Took {time.time() - t0:.0f} s.")
+            f"(Fuj/Ina/Seo). UDP tests with --udp-layout {args.udp_layout}"
+            + (f" (the gateways' overlay processes on CPU {max(os.sched_getaffinity(0))}, both iperf3 on the others)"
+               if args.udp_layout == "pinned" else "") + f". Took {time.time() - t0:.0f} s.")
     with open(os.path.join(out, "overlays.md"), "w") as f:
         f.write(f"# Overlay data planes\n\n{note}\n\n{md}\n")
     with open(os.path.join(out, "overlays.json"), "w") as f:
