@@ -784,7 +784,7 @@ func (o *overlay) checkRogues(t *testing.T) {
 				conf += "    public_key: " + keys[p] + "\n"
 			}
 		}
-		conf += fmt.Sprintf("networks:\n  - {name: default, id: 1, tap: %s, mtu: 1400}\n", r.tap)
+		conf += fmt.Sprintf("networks:\n  - {name: default, id: 1, tap: %s, mtu: 1400, queue_len: 2048}\n", r.tap)
 		file := filepath.Join(t.TempDir(), fmt.Sprintf("rogue%d.yaml", k))
 		os.WriteFile(file, []byte(conf), 0o600)
 		logf, _ := os.Create(file + ".log")
@@ -816,6 +816,10 @@ func (o *overlay) checkRogues(t *testing.T) {
 				t.Fatalf("rogue %s: no TAP %s after 5 s: %s", r.site, r.tap, b)
 			}
 			time.Sleep(50 * time.Millisecond)
+		}
+		// A network's queue_len reaches its TAP device.
+		if out, _ := inNS(seoulGW, "ip", "link", "show", r.tap); !strings.Contains(out, "qlen 2048") {
+			t.Errorf("rogue %s: queue_len 2048 in the config, TAP %s is %s", r.site, r.tap, strings.TrimSpace(out))
 		}
 		exec.Command("ip", "-n", seoulGW, "addr", "add", fmt.Sprintf("198.19.9.%d/32", k+1), "dev", r.tap).Run()
 		exec.Command("ip", "-n", seoulGW, "link", "set", r.tap, "up").Run()

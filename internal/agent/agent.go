@@ -477,8 +477,9 @@ func (a *Agent) leave() {
 // openTAP opens a network's TAP device, with segmentation offloads unless
 // DETOUR_NO_OFFLOAD is set (to measure what they bring).
 func openTAP(n config.Network) (device.Device, error) {
+	o := device.TAPOptions{QueueLen: n.QueueLen}
 	if os.Getenv("DETOUR_NO_OFFLOAD") != "" {
-		return device.OpenTAP(n.TAP, n.MTU, n.Bridge)
+		return device.OpenTAPWith(n.TAP, n.MTU, n.Bridge, o)
 	}
-	return device.OpenOffloadTAP(n.TAP, n.MTU, n.Bridge)
+	return device.OpenOffloadTAP(n.TAP, n.MTU, n.Bridge, o)
 }

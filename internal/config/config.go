@@ -41,7 +41,10 @@ const (
 	DefaultNetworkID    = 1
 	DefaultTAP          = "detour0"
 	DefaultMTU          = 1400
-	maxPath             = 8 // wire.MaxPath; kept here to avoid an import cycle in tools
+	// MinQueueLen and MaxQueueLen bound a network's queue_len.
+	MinQueueLen = 16
+	MaxQueueLen = 65536
+	maxPath     = 8 // wire.MaxPath; kept here to avoid an import cycle in tools
 )
 
 // Agent is the configuration of one site's agent.
@@ -108,6 +111,13 @@ type Network struct {
 	// underlay carries: TCP segments are clamped to fit, and larger
 	// packets are fragmented on the underlay.
 	MTU int `yaml:"mtu,omitempty"`
+	// QueueLen is how many frames the TAP device holds while the agent
+	// waits for a CPU (its txqueuelen); zero keeps the kernel's default.
+	// A longer queue rides out longer waits, as on a gateway that shares
+	// its cores with busy workloads, at the price of standing delay when
+	// the agent cannot keep up: frames beyond what it carries then wait
+	// QueueLen frame times.
+	QueueLen int `yaml:"queue_len,omitempty"`
 	// MaxRate caps this network's egress from this site; zero for none.
 	MaxRate Rate `yaml:"max_rate,omitempty"`
 	// MinRate is the egress this network is guaranteed when networks
@@ -382,6 +392,8 @@ func validateNetworks(ns []Network) error {
 			return &FieldError{Field: field + ".bridge", Msg: fmt.Sprintf("%q is not a valid interface name", n.Bridge)}
 		case n.MTU < 576 || n.MTU > 65000:
 			return &FieldError{Field: field + ".mtu", Msg: fmt.Sprintf("%d is outside 576..65000", n.MTU)}
+		case n.QueueLen != 0 && (n.QueueLen < MinQueueLen || n.QueueLen > MaxQueueLen):
+			return &FieldError{Field: field + ".queue_len", Msg: fmt.Sprintf("%d frames is outside %d..%d (0 keeps the kernel's default)", n.QueueLen, MinQueueLen, MaxQueueLen)}
 		}
 		names[n.Name], ids[n.ID], taps[n.TAP] = true, true, true
 	}

@@ -85,6 +85,8 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"negative probe rate", "site: a\nlisten: 198.18.0.1:1\nmax_probe_rate: -5\n", "line 3: max_probe_rate"},
 		{"zero network id", "site: a\nlisten: 198.18.0.1:1\nnetworks:\n  - name: n\n    tap: t0\n", "networks[0].id: missing"},
 		{"long tap", "site: a\nlisten: 198.18.0.1:1\nnetworks:\n  - name: n\n    id: 4\n    tap: averyverylongtapname\n", "line 6: networks[0].tap"},
+		{"short queue", "site: a\nlisten: 198.18.0.1:1\nnetworks:\n  - name: n\n    id: 4\n    tap: t0\n    queue_len: 8\n", "line 7: networks[0].queue_len: 8 frames is outside 16..65536"},
+		{"negative queue", "site: a\nlisten: 198.18.0.1:1\nnetworks:\n  - name: n\n    id: 4\n    tap: t0\n    queue_len: -1\n", "networks[0].queue_len: -1 frames"},
 		{"not yaml", "site: [\n", "line 1: did not find expected node content"},
 		{"peer without address or key", "site: a\nlisten: 198.18.0.1:1\npeers:\n  - name: b\n", "peers[0].address: missing"},
 		{"bad private key", "site: a\nlisten: 198.18.0.1:1\nprivate_key: abc\n", "line 3: private_key: bad key"},
@@ -128,5 +130,24 @@ func TestRates(t *testing.T) {
 	}
 	if s := Rate(20e6).String(); s != "20mbit" {
 		t.Errorf("String = %q", s)
+	}
+}
+
+func TestQueueLen(t *testing.T) {
+	doc := good + "networks:\n  - name: n\n    id: 4\n    tap: t0\n    queue_len: 4096\n"
+	a, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := a.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		t.Fatalf("re-parse of %s: %v", b, err)
+	}
+	if a.Networks[0].QueueLen != 4096 || c.Networks[0].QueueLen != 4096 {
+		t.Errorf("queue_len 4096 read as %d, after a round trip %d", a.Networks[0].QueueLen, c.Networks[0].QueueLen)
 	}
 }

@@ -46,10 +46,12 @@ const superFrameSize = offload.HdrLen + 65535 + 18
 
 // OpenOffloadTAP opens a TAP device with checksum and TCP segmentation
 // offloads, and UDP segmentation offload where the kernel has it (Linux
-// 6.2 and later); see OpenTAP for the other arguments. Written UDP
-// datagrams are coalesced only when the kernel accepted USO.
-func OpenOffloadTAP(name string, mtu int, bridge string) (*OffloadTAP, error) {
-	t, err := OpenTAPWith(name, mtu, bridge, TAPOptions{VnetHdr: true})
+// 6.2 and later); see OpenTAPWith for the other arguments (o.VnetHdr is
+// implied). Written UDP datagrams are coalesced only when the kernel
+// accepted USO.
+func OpenOffloadTAP(name string, mtu int, bridge string, o TAPOptions) (*OffloadTAP, error) {
+	o.VnetHdr = true
+	t, err := OpenTAPWith(name, mtu, bridge, o)
 	if err != nil {
 		return nil, err
 	}
@@ -57,9 +59,8 @@ func OpenOffloadTAP(name string, mtu int, bridge string) (*OffloadTAP, error) {
 	if t.USO() {
 		co.EnableUDP()
 	}
-	o := &OffloadTAP{tap: t, arena: make([]byte, superFrames*(superFrameSize+8)), raw: make([][]byte, rawFrames),
-		co: co, plain: make([]byte, superFrameSize)}
-	return o, nil
+	return &OffloadTAP{tap: t, arena: make([]byte, superFrames*(superFrameSize+8)), raw: make([][]byte, rawFrames),
+		co: co, plain: make([]byte, superFrameSize)}, nil
 }
 
 // ReadBatch implements Device. It splits super-frames into bufs, each of

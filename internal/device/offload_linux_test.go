@@ -114,7 +114,7 @@ func openCheckedUSOTAP(t *testing.T) (*OffloadTAP, netlink.Link, bool) {
 // openUSOTAP opens an OffloadTAP dtu-uso0 with address 198.18.0.1/24 and
 // a permanent neighbour 198.18.0.2 in the current network namespace.
 func openUSOTAP() (*OffloadTAP, netlink.Link, error) {
-	o, err := OpenOffloadTAP("dtu-uso0", 1500, "")
+	o, err := OpenOffloadTAP("dtu-uso0", 1500, "", TAPOptions{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -383,14 +383,7 @@ func TestTAPReadBatchReadsEveryQueuedFrame(t *testing.T) {
 			return
 		}
 		defer tap.Close()
-		link, err := netlink.LinkByName("dtpl0")
-		if err == nil {
-			err = netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: usoLocal, Mask: net.CIDRMask(24, 32)}})
-		}
-		if err == nil {
-			err = netlink.NeighAdd(&netlink.Neigh{LinkIndex: link.Attrs().Index, State: netlink.NUD_PERMANENT, IP: usoPeer, HardwareAddr: usoPeerMAC})
-		}
-		if err != nil {
+		if _, err := routeToPeer("dtpl0"); err != nil {
 			t.Error(err)
 			return
 		}
@@ -400,5 +393,66 @@ func TestTAPReadBatchReadsEveryQueuedFrame(t *testing.T) {
 		}
 		tap.f.SetReadDeadline(time.Now().Add(3 * time.Second))
 		checkOneBatch(t, tap.ReadBatch, 64, count)
+	})
+}
+
+// routeToPeer gives the TAP device name the local address and a permanent
+// neighbour entry for the peer, so that sendNumbered's datagrams leave
+// through it.
+func routeToPeer(name string) (netlink.Link, error) {
+	link, err := netlink.LinkByName(name)
+	if err == nil {
+		err = netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: usoLocal, Mask: net.CIDRMask(24, 32)}})
+	}
+	if err == nil {
+		err = netlink.NeighAdd(&netlink.Neigh{LinkIndex: link.Attrs().Index, State: netlink.NUD_PERMANENT, IP: usoPeer, HardwareAddr: usoPeerMAC})
+	}
+	return link, err
+}
+
+// TestTAPQueueLen: a TAP opened with a queue of 3000 frames holds 2500
+// frames queued while nobody reads (the kernel's default of 1000 drops
+// most of them), and gives them all.
+func TestTAPQueueLen(t *testing.T) {
+	const queue, count = 3000, 2500
+	inNewNetns(t, func() {
+		tap, err := OpenTAPWith("dtq0", 1500, "", TAPOptions{QueueLen: queue})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer tap.Close()
+		link, err := routeToPeer("dtq0")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if got := link.Attrs().TxQLen; got != queue {
+			t.Errorf("txqueuelen %d, want %d", got, queue)
+		}
+		if err := sendNumbered(count); err != nil {
+			t.Error(err)
+			return
+		}
+		bufs, sizes := make([][]byte, 128), make([]int, 128)
+		for i := range bufs {
+			bufs[i] = make([]byte, 1518)
+		}
+		got := 0
+		tap.f.SetReadDeadline(time.Now().Add(time.Second))
+		for got < count {
+			n, err := tap.ReadBatch(bufs, sizes)
+			if err != nil {
+				break // the deadline: nothing more is queued
+			}
+			for i := 0; i < n; i++ {
+				if _, ok := peerDatagram(bufs[i][:sizes[i]]); ok {
+					got++
+				}
+			}
+		}
+		if got != count {
+			t.Errorf("read %d of the %d datagrams queued", got, count)
+		}
 	})
 }

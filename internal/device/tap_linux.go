@@ -45,6 +45,10 @@ type TAPOptions struct {
 	// partial checksums. Package offload splits and builds them; read
 	// buffers must hold offload.HdrLen+65535+18 bytes.
 	VnetHdr bool
+	// QueueLen, when not zero, sets how many frames the device queues
+	// for the reader (its txqueuelen) before it drops; zero keeps the
+	// kernel's default.
+	QueueLen int
 }
 
 // Offload flags of TUNSETOFFLOAD (<linux/if_tun.h>).
@@ -99,7 +103,7 @@ func OpenTAPWith(name string, mtu int, bridge string, o TAPOptions) (*TAP, error
 		return nil, err
 	}
 	t.readFn = t.readReady
-	if err := t.configure(mtu, bridge); err != nil {
+	if err := t.configure(mtu, bridge, o.QueueLen); err != nil {
 		t.Close()
 		return nil, err
 	}
@@ -123,13 +127,18 @@ func setOffloads(fd int) (uso bool, err error) {
 	return false, unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tcp)
 }
 
-func (t *TAP) configure(mtu int, bridge string) error {
+func (t *TAP) configure(mtu int, bridge string, queueLen int) error {
 	link, err := netlink.LinkByName(t.name)
 	if err != nil {
 		return fmt.Errorf("device: find %s: %w", t.name, err)
 	}
 	if err := netlink.LinkSetMTU(link, mtu); err != nil {
 		return fmt.Errorf("device: set MTU %d on %s: %w", mtu, t.name, err)
+	}
+	if queueLen != 0 {
+		if err := netlink.LinkSetTxQLen(link, queueLen); err != nil {
+			return fmt.Errorf("device: set a queue of %d frames on %s: %w", queueLen, t.name, err)
+		}
 	}
 	if bridge != "" {
 		br, err := netlink.LinkByName(bridge)
