@@ -118,14 +118,7 @@ func openUSOTAP() (*OffloadTAP, netlink.Link, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	link, err := netlink.LinkByName("dtu-uso0")
-	if err == nil {
-		err = netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: usoLocal, Mask: net.CIDRMask(24, 32)}})
-	}
-	if err == nil {
-		err = netlink.NeighAdd(&netlink.Neigh{LinkIndex: link.Attrs().Index, State: netlink.NUD_PERMANENT,
-			IP: usoPeer, HardwareAddr: usoPeerMAC})
-	}
+	link, err := routeToPeer("dtu-uso0")
 	if err != nil {
 		o.Close()
 		return nil, nil, err
