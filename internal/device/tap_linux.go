@@ -60,13 +60,9 @@ const (
 	tunFUSO6 = 0x40
 )
 
-// OpenTAP creates (or attaches to) the TAP device name, sets its MTU,
-// attaches it to bridge when bridge is not empty, and sets it up.
-func OpenTAP(name string, mtu int, bridge string) (*TAP, error) {
-	return OpenTAPWith(name, mtu, bridge, TAPOptions{})
-}
-
-// OpenTAPWith is OpenTAP with options.
+// OpenTAPWith creates (or attaches to) the TAP device name, sets its MTU,
+// attaches it to bridge when bridge is not empty, and sets it up with the
+// options o.
 func OpenTAPWith(name string, mtu int, bridge string, o TAPOptions) (*TAP, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
