@@ -943,6 +943,27 @@ func (o *overlay) addNetwork(t *testing.T, name string, id uint32, tag string, e
 	return v
 }
 
+// checkAttachQueueLen checks that a network attached with --queue-len
+// got a TAP device tap of that queue at every site, and that a queue the
+// configuration does not allow is refused, naming queue_len, and attaches
+// nothing.
+func checkAttachQueueLen(t *testing.T, o *overlay, tap string, queue int) {
+	t.Helper()
+	for _, s := range o.st.Sites {
+		if out, _ := inNS(s.Gateway, "ip", "link", "show", tap); !strings.Contains(out, fmt.Sprintf("qlen %d", queue)) {
+			t.Errorf("%s: attached with --queue-len %d, TAP %s is %s", s.Name, queue, tap, strings.TrimSpace(out))
+		}
+	}
+	site := o.st.Sites[0].Name
+	out, err := o.detourIn(site, "net", "attach", "short", "--id", "99", "--queue-len", "3")
+	if err == nil || !strings.Contains(out, "queue_len") {
+		t.Errorf("%s: net attach --queue-len 3: %v: %s", site, err, out)
+	}
+	if list := o.mustDetour(t, site, "net", "list"); strings.Contains(list, "short") {
+		t.Errorf("%s: the refused network was attached: %s", site, list)
+	}
+}
+
 // macOf returns the MAC address of dev in namespace ns.
 func macOf(t *testing.T, ns, dev string) string {
 	t.Helper()
@@ -973,7 +994,8 @@ func srcMACs(pk []capPacket) map[string]int {
 // every site's FDB keeps each network's MACs apart.
 func TestEdgeTwoNetworks(t *testing.T) {
 	o := upEdge(t, "leon-japan", "--overlay", "detour")
-	blue := o.addNetwork(t, "blue", 77, "b1")
+	blue := o.addNetwork(t, "blue", 77, "b1", "--queue-len", "512")
+	checkAttachQueueLen(t, o, "dt-b1", 512)
 	red := &vnet{name: "default", id: 1}
 	for _, s := range o.st.Sites {
 		red.hosts = append(red.hosts, s.Hosts[0])

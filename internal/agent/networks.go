@@ -83,7 +83,7 @@ func (a *Agent) Networks() []api.Network {
 	out := []api.Network{}
 	for _, n := range a.netCfg {
 		l := a.shaper.Get(n.ID)
-		out = append(out, api.Network{Name: n.Name, ID: n.ID, TAP: n.TAP, Bridge: n.Bridge, MTU: n.MTU,
+		out = append(out, api.Network{Name: n.Name, ID: n.ID, TAP: n.TAP, Bridge: n.Bridge, MTU: n.MTU, QueueLen: n.QueueLen,
 			MaxRate: nonZero(config.Rate(l.MaxBps)), MinRate: nonZero(config.Rate(l.MinBps))})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -93,7 +93,7 @@ func (a *Agent) Networks() []api.Network {
 // Attach implements api.Backend: it opens the network's TAP device and
 // starts carrying its frames.
 func (a *Agent) Attach(r api.Network) (api.Network, error) {
-	n := config.Network{Name: r.Name, ID: r.ID, TAP: r.TAP, Bridge: r.Bridge, MTU: r.MTU}
+	n := config.Network{Name: r.Name, ID: r.ID, TAP: r.TAP, Bridge: r.Bridge, MTU: r.MTU, QueueLen: r.QueueLen}
 	if n.MTU == 0 {
 		n.MTU = config.DefaultMTU
 	}

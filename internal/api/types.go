@@ -56,13 +56,15 @@ type Member struct {
 // Network is a virtual L2 network this site has joined, or asks to join
 // (POST /v1/networks). Rates are written like "20mbit"; empty for none.
 type Network struct {
-	Name    string `json:"name"`
-	ID      uint32 `json:"id"`
-	TAP     string `json:"tap"`
-	Bridge  string `json:"bridge,omitempty"`
-	MTU     int    `json:"mtu,omitempty"`
-	MaxRate string `json:"max_rate,omitempty"`
-	MinRate string `json:"min_rate,omitempty"`
+	Name   string `json:"name"`
+	ID     uint32 `json:"id"`
+	TAP    string `json:"tap"`
+	Bridge string `json:"bridge,omitempty"`
+	MTU    int    `json:"mtu,omitempty"`
+	// QueueLen is the TAP device's queue in frames; zero for the kernel's.
+	QueueLen int    `json:"queue_len,omitempty"`
+	MaxRate  string `json:"max_rate,omitempty"`
+	MinRate  string `json:"min_rate,omitempty"`
 }
 
 // Limits changes a network's rates (PUT /v1/networks/{name}/limits).

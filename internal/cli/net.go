@@ -17,8 +17,8 @@ func init() {
 
 const netUsage = `usage:
   detour net list [--json]
-  detour net create NAME [--tap T] [--bridge B] [--mtu N] [--max-rate R] [--min-rate R]   (new network, random id)
-  detour net attach NAME --id ID [--tap T] [--bridge B] [--mtu N] [--max-rate R] [--min-rate R]
+  detour net create NAME [--tap T] [--bridge B] [--mtu N] [--queue-len N] [--max-rate R] [--min-rate R]   (new network, random id)
+  detour net attach NAME --id ID [--tap T] [--bridge B] [--mtu N] [--queue-len N] [--max-rate R] [--min-rate R]
   detour net detach NAME
   detour net limit NAME [--max-rate R] [--min-rate R]    (empty rate: no limit)
   detour net egress RATE                                  (the site's total egress, 0 for none)
@@ -39,6 +39,7 @@ func runNet(args []string, stdout, stderr io.Writer) int {
 	tap := fs.String("tap", "", "the TAP device's name (default: dt- and the name)")
 	bridge := fs.String("bridge", "", "a bridge to attach the TAP device to")
 	mtu := fs.Int("mtu", 0, "the TAP device's MTU (default 1400)")
+	queueLen := fs.Int("queue-len", 0, "frames the TAP device queues for the agent (default: the kernel's)")
 	maxRate := fs.String("max-rate", "", "egress ceiling of the network at this site")
 	minRate := fs.String("min-rate", "", "egress guaranteed to the network at this site")
 	name, err := parseNamed(fs, rest, sub)
@@ -50,7 +51,7 @@ func runNet(args []string, stdout, stderr io.Writer) int {
 	case "list":
 		return show("net", c, "/v1/networks", *asJSON, printNetworks, stdout, stderr)
 	case "create", "attach":
-		n := api.Network{Name: name, ID: uint32(*id), TAP: *tap, Bridge: *bridge, MTU: *mtu, MaxRate: *maxRate, MinRate: *minRate}
+		n := api.Network{Name: name, ID: uint32(*id), TAP: *tap, Bridge: *bridge, MTU: *mtu, QueueLen: *queueLen, MaxRate: *maxRate, MinRate: *minRate}
 		if sub == "create" {
 			if *id != 0 {
 				return Fail(stderr, "net", fmt.Errorf("%w: create picks a new id; use attach --id to join an existing network", ErrUsage))
