@@ -64,6 +64,7 @@ type Config struct {
 	LinkState   linkstate.OriginatorConfig
 	Routing     routing.Config
 	Filter      measure.FilterConfig
+	Loss        measure.LossConfig
 }
 
 // DefaultMaxProbeRate is the default cap on probes per second per site:
@@ -94,6 +95,7 @@ func DefaultConfig(name string, advertise netip.AddrPort, bootstrap ...netip.Add
 		LinkState:         linkstate.DefaultOriginatorConfig(),
 		Routing:           routing.DefaultConfig(),
 		Filter:            measure.DefaultFilterConfig(),
+		Loss:              measure.DefaultLossConfig(),
 	}
 }
 

@@ -45,6 +45,9 @@ type member struct {
 	lastHeard time.Time
 	link      *measure.Link
 	nextProbe time.Time
+	// probesIn counts the probes received from the member; replies carry
+	// it so that the member can tell the loss of each direction.
+	probesIn uint32
 	// reported is the link last put in this site's own link state: a
 	// probe reply that moves the estimate away from it calls for a
 	// refresh.
@@ -52,7 +55,7 @@ type member struct {
 }
 
 func (n *Node) measureConfig() measure.Config {
-	return measure.Config{DownAfter: n.timers.down, LossWindow: 20, Filter: n.cfg.Filter}
+	return measure.Config{DownAfter: n.timers.down, Loss: n.cfg.Loss, Filter: n.cfg.Filter}
 }
 
 // learn adds a member or updates a known one from a record heard at now;

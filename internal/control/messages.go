@@ -9,9 +9,9 @@ func buildProbe(self, to wire.SiteID, seq uint32, stamp int64) []byte {
 	return wire.AppendProbe(nil, &wire.Probe{Sender: self, Receiver: to, Seq: seq, SendTime: stamp})
 }
 
-func buildProbeReply(self wire.SiteID, p *wire.Probe, recv, send int64) []byte {
+func buildProbeReply(self wire.SiteID, p *wire.Probe, recv, send int64, received uint32) []byte {
 	return wire.AppendProbeReply(nil, &wire.ProbeReply{Sender: self, Receiver: p.Sender, Seq: p.Seq,
-		ProbeSendTime: p.SendTime, ProbeRecvTime: recv, ReplySendTime: send})
+		ProbeSendTime: p.SendTime, ProbeRecvTime: recv, ReplySendTime: send, HasReceived: true, Received: received})
 }
 
 func buildLinkState(ls *wire.LinkState) ([]byte, error) { return wire.AppendLinkState(nil, ls) }

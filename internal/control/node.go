@@ -55,6 +55,7 @@ import (
 	"time"
 
 	"github.com/detour-overlay/detour/internal/linkstate"
+	"github.com/detour-overlay/detour/internal/measure"
 	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/wire"
 )
@@ -87,6 +88,8 @@ type Node struct {
 	inc      uint64
 	members  map[wire.SiteID]*member
 	db       *linkstate.DB
+	// ages tells which links of the matrix are still settling.
+	ages *linkAges
 	orig     *linkstate.Originator
 	router   *routing.Router
 	outbox   []Outgoing
@@ -129,6 +132,7 @@ func New(cfg Config, now time.Time) (*Node, error) {
 		inc:       inc,
 		members:   map[wire.SiteID]*member{},
 		db:        linkstate.NewDB(cfg.ExpireAfter),
+		ages:      newLinkAges(cfg.Filter.MaxAge+time.Second, cfg.Routing.ReturnWindow),
 		orig:      linkstate.NewOriginator(cfg.LinkState, self, inc),
 		router:    routing.NewRouter(cfg.Routing, self),
 		started:   now,
@@ -386,11 +390,28 @@ func (n *Node) ownLinks(now time.Time) []linkstate.Link {
 		if !s.Valid && m.state != StateAlive {
 			continue
 		}
-		l := linkstate.Link{From: n.self, To: m.id, Up: s.Up, Delay: s.Delay, RTT: s.RTT, Jitter: s.Jitter, Loss: s.Loss}
+		l := linkstate.Link{From: n.self, To: m.id, Up: s.Up, Delay: s.Delay, RTT: s.RTT, Jitter: s.Jitter,
+			Loss: s.Loss.Rate, LossSamples: s.Loss.Samples}
 		m.reported = l
 		out = append(out, l)
 	}
 	return out
+}
+
+// legacyLossSamples is the number of probes a link's loss is taken to be
+// over when its origin does not say (a site of an earlier version, which
+// counted the last 20 probes).
+const legacyLossSamples = 20
+
+// lossEstimate returns a reported link's loss with its interval, as every
+// site computes it from the report.
+func (n *Node) lossEstimate(l linkstate.Link) routing.Loss {
+	k := l.LossSamples
+	if k == 0 && l.Loss > 0 {
+		k = legacyLossSamples
+	}
+	e := measure.NewLossEstimate(l.Loss, k, n.cfg.Loss.Z)
+	return routing.Loss{Rate: e.Rate, Low: e.Low, High: e.High, Samples: e.Samples}
 }
 
 // gossip sends the member list to the next member, round robin.
@@ -439,12 +460,14 @@ func (n *Node) route(now time.Time) {
 		}
 		for _, l := range o.Links {
 			if l.Up {
-				e := routing.Edge{Delay: l.Delay, RTT: l.RTT, Loss: l.Loss}
+				e := routing.Edge{Delay: l.Delay, RTT: l.RTT, Loss: n.lossEstimate(l)}
 				e.Suspect = from == n.self && n.suspect(now, n.members[l.To])
+				e.Settling = n.ages.up(now, from, l.To)
 				mx.Set(from, l.To, e)
 			}
 		}
 	}
+	n.ages.sweep(now)
 	sw := n.router.Update(now, mx, addrs)
 	n.deadlineStale = true // held switches have deadlines
 	for _, s := range sw {

@@ -2,6 +2,7 @@ package control
 
 import (
 	"errors"
+	"math"
 	"net/netip"
 	"time"
 
@@ -98,8 +99,9 @@ func (n *Node) onProbe(now time.Time, from netip.AddrPort, pkt []byte) error {
 		return ErrUnknownSite
 	}
 	n.heard(now, m)
+	m.probesIn++
 	stamp := now.UnixNano()
-	n.emit(m.addr, buildProbeReply(n.self, &p, stamp, stamp))
+	n.emit(m.addr, buildProbeReply(n.self, &p, stamp, stamp, m.probesIn))
 	return nil
 }
 
@@ -150,7 +152,7 @@ func (n *Node) onProbeReply(now time.Time, pkt []byte) error {
 func (n *Node) ownLinkMoved(now time.Time, m *member) bool {
 	s := m.link.Stats(now)
 	r := m.reported
-	return s.Valid && (s.Up != r.Up || (s.Delay-r.Delay).Abs() >= materialDelay || s.Loss != r.Loss)
+	return s.Valid && (s.Up != r.Up || (s.Delay-r.Delay).Abs() >= materialDelay || materialLoss(r.Loss, s.Loss.Rate))
 }
 
 // onLinkState stores a newer report and floods it on to the members the
@@ -188,6 +190,14 @@ func (n *Node) onLinkState(now time.Time, from netip.AddrPort, pkt []byte) error
 // recomputing routes at once.
 const materialDelay = 100 * time.Microsecond
 
+// materialLoss reports whether a link's loss rate moved from a to b by at
+// least a percentage point, or to or from zero: a change that may move
+// routes at once. Smaller drifts, as the window of a steady rate slides,
+// wait for the next refresh.
+func materialLoss(a, b float64) bool {
+	return (a == 0) != (b == 0) || math.Abs(a-b) >= 0.01
+}
+
 // material reports whether a new report differs from the old one enough to
 // recompute routes at once: a link appeared, vanished or changed state,
 // or its delay moved by 0.1 ms or more.
@@ -197,7 +207,7 @@ func material(old, cur map[wire.SiteID]linkstate.Link) bool {
 	}
 	for id, c := range cur {
 		o, ok := old[id]
-		if !ok || o.Up != c.Up || (c.Delay-o.Delay).Abs() >= materialDelay || c.Loss != o.Loss {
+		if !ok || o.Up != c.Up || (c.Delay-o.Delay).Abs() >= materialDelay || materialLoss(o.Loss, c.Loss) {
 			return true
 		}
 	}

@@ -33,7 +33,10 @@ type Link struct {
 	Delay  time.Duration
 	RTT    time.Duration
 	Jitter time.Duration
-	Loss   float64
+	// Loss is the fraction of the origin's probes on this link that did
+	// not arrive, over LossSamples probes (0 if the origin did not say).
+	Loss        float64
+	LossSamples int
 }
 
 // Origin is the latest report of one site.
@@ -167,13 +170,15 @@ func (db *DB) Fresh(now time.Time, id wire.SiteID) bool {
 // FromWire converts a wire entry of origin from.
 func FromWire(from wire.SiteID, e *wire.LinkEntry) Link {
 	return Link{From: from, To: e.Peer, Up: e.Up(), Delay: time.Duration(e.Delay),
-		RTT: wire.MicrosFromWire(e.RTT), Jitter: wire.MicrosFromWire(e.Jitter), Loss: wire.LossFromWire(e.Loss)}
+		RTT: wire.MicrosFromWire(e.RTT), Jitter: wire.MicrosFromWire(uint32(e.Jitter)),
+		Loss: wire.LossFromWire(e.Loss), LossSamples: int(e.LossSamples)}
 }
 
 // ToWire converts a link to its wire entry.
 func ToWire(l Link) wire.LinkEntry {
 	e := wire.LinkEntry{Peer: l.To, Loss: wire.LossToWire(l.Loss), RTT: wire.MicrosToWire(l.RTT),
-		Jitter: wire.MicrosToWire(l.Jitter), Delay: int64(l.Delay)}
+		Jitter: uint16(min(wire.MicrosToWire(l.Jitter), 0xFFFF)), LossSamples: uint16(min(max(l.LossSamples, 0), 0xFFFF)),
+		Delay: int64(l.Delay)}
 	if l.Up {
 		e.Flags |= wire.LinkFlagUp
 	}

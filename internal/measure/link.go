@@ -12,15 +12,15 @@ type Config struct {
 	// DownAfter declares a link down when no reply has arrived for this
 	// long.
 	DownAfter time.Duration
-	// LossWindow is the number of recent probes loss is computed over.
-	LossWindow int
-	Filter     FilterConfig
+	// Loss tunes the loss estimate of each direction.
+	Loss   LossConfig
+	Filter FilterConfig
 }
 
 // DefaultConfig suits probes every 100 ms: a link is down after 5 missed
-// probes, and loss is measured over the last 50 (5 s), in steps of 2 %.
+// probes.
 func DefaultConfig() Config {
-	return Config{DownAfter: 500 * time.Millisecond, LossWindow: 50, Filter: DefaultFilterConfig()}
+	return Config{DownAfter: 500 * time.Millisecond, Loss: DefaultLossConfig(), Filter: DefaultFilterConfig()}
 }
 
 // Errors returned by Link.OnReply.
@@ -39,22 +39,37 @@ type sentProbe struct {
 	replied bool
 }
 
-// Link measures the outgoing link from this site to one peer, from this
+// Link measures the link to one peer, in both directions, from this
 // site's probes and the peer's replies.
 type Link struct {
 	cfg       Config
 	seq       uint32
 	ring      [ringLen]sentProbe
-	sent      int // probes sent since the last reset
 	delay     *Filter
 	rtt       *Filter
 	lastReply time.Time
 	replies   uint64
+	// out and back estimate the loss of the outgoing direction (probes)
+	// and of the return direction (replies).
+	out, back *LossWindow
+	// ref is the newest reply that loss has been counted up to.
+	ref lossRef
+}
+
+// lossRef is the point up to which a link's losses are counted: the
+// newest reply's probe sequence number, the responder's count of probes
+// received that it carried, and how many replies had arrived by then.
+type lossRef struct {
+	valid   bool
+	seq     uint32
+	recv    uint32
+	replies uint64
 }
 
 // NewLink returns a link with no samples; it is down until a reply arrives.
 func NewLink(cfg Config) *Link {
-	return &Link{cfg: cfg, delay: NewFilter(cfg.Filter), rtt: NewFilter(cfg.Filter)}
+	return &Link{cfg: cfg, delay: NewFilter(cfg.Filter), rtt: NewFilter(cfg.Filter),
+		out: NewLossWindow(cfg.Loss), back: NewLossWindow(cfg.Loss)}
 }
 
 // Reset forgets all samples, as when the peer restarted.
@@ -62,8 +77,10 @@ func (l *Link) Reset() {
 	l.delay.Reset()
 	l.rtt.Reset()
 	l.ring = [ringLen]sentProbe{}
-	l.sent = 0
 	l.lastReply = time.Time{}
+	l.out.Reset()
+	l.back.Reset()
+	l.ref = lossRef{}
 }
 
 // Probe records a probe sent at now and returns its sequence number and
@@ -72,7 +89,6 @@ func (l *Link) Probe(now time.Time) (seq uint32, stamp int64) {
 	l.seq++
 	stamp = now.UnixNano()
 	l.ring[l.seq%ringLen] = sentProbe{seq: l.seq, at: now, stamp: stamp}
-	l.sent++
 	return l.seq, stamp
 }
 
@@ -103,9 +119,44 @@ func (l *Link) OnReply(now time.Time, r *wire.ProbeReply) error {
 	p.replied = true
 	l.delay.Add(now, time.Duration(r.ProbeRecvTime-r.ProbeSendTime))
 	l.rtt.Add(now, rtt)
+	l.countLoss(now, r)
 	l.lastReply = now
 	l.replies++
 	return nil
+}
+
+// countLoss counts the probes and replies lost since the last reference
+// reply, given a new valid reply r (not yet counted in l.replies), and
+// makes r the reference if it is newer. Probes sent after the newest reply
+// are not counted yet: they may still be answered. A gap of more than
+// DownAfter without replies is an outage, which Up reports; it is not
+// counted as loss. Neither is anything across a restart of the responder
+// (its count goes back) or a reply whose count is impossible.
+func (l *Link) countLoss(now time.Time, r *wire.ProbeReply) {
+	replies := l.replies + 1
+	ref := l.ref
+	next := lossRef{valid: true, seq: r.Seq, recv: r.Received, replies: replies}
+	if ref.valid && int32(r.Seq-ref.seq) <= 0 {
+		return // an older probe's reply: counted when the next newer one comes
+	}
+	l.ref = next
+	if !ref.valid || l.lastReply.IsZero() || now.Sub(l.lastReply) > l.cfg.DownAfter {
+		return
+	}
+	sent := int64(r.Seq - ref.seq)
+	arrived := int64(replies - ref.replies)
+	if !r.HasReceived {
+		// Only the round trip is known: charge it to the outgoing
+		// direction, the one this site reports.
+		l.out.Add(now, int(sent), int(max(sent-arrived, 0)))
+		return
+	}
+	got := int64(int32(r.Received - ref.recv))
+	if got < 0 || got > sent {
+		return
+	}
+	l.out.Add(now, int(sent), int(sent-got))
+	l.back.Add(now, int(got), int(got-arrived))
 }
 
 // Up reports whether a reply arrived within DownAfter.
@@ -120,33 +171,11 @@ func (l *Link) SetDownAfter(d time.Duration) { l.cfg.DownAfter = d }
 // LastReply returns when the last valid reply arrived (zero if none).
 func (l *Link) LastReply() time.Time { return l.lastReply }
 
-// Loss returns the fraction of the last LossWindow probes that got no
-// reply, counting only probes older than a grace period of twice the RTT
-// plus 500 ms (one second before the RTT is known): a reply held up by a
-// busy responder is late, not lost. Failures are caught sooner by Up.
-func (l *Link) Loss(now time.Time) float64 {
-	grace := time.Second
-	if rtt, ok := l.rtt.Estimate(now); ok {
-		grace = 2*rtt + 500*time.Millisecond
-	}
-	total, lost := 0, 0
-	for i := uint32(0); i < ringLen && total < l.cfg.LossWindow && int(i) < l.sent; i++ {
-		p := &l.ring[(l.seq-i)%ringLen]
-		if p.seq != l.seq-i || p.at.IsZero() {
-			break
-		}
-		if now.Sub(p.at) < grace {
-			continue
-		}
-		total++
-		if !p.replied {
-			lost++
-		}
-	}
-	if total == 0 {
-		return 0
-	}
-	return float64(lost) / float64(total)
+// Loss returns the loss estimates of the outgoing direction (probes that
+// did not reach the peer) and of the return direction (replies that did
+// not come back).
+func (l *Link) Loss(now time.Time) (out, back LossEstimate) {
+	return l.out.Estimate(now), l.back.Estimate(now)
 }
 
 // Stats is a snapshot of a link's estimates.
@@ -169,14 +198,17 @@ type Stats struct {
 	// Jitter is the smoothed mean difference between consecutive one-way
 	// samples.
 	Jitter time.Duration
-	Loss   float64
+	// Loss is the outgoing direction's loss with its interval, and
+	// ReturnLoss the return direction's.
+	Loss, ReturnLoss LossEstimate
 	// Age is the time since the newest sample.
 	Age time.Duration
 }
 
 // Stats returns the link's current estimates.
 func (l *Link) Stats(now time.Time) Stats {
-	s := Stats{Up: l.Up(now), Loss: l.Loss(now), Jitter: l.delay.Jitter()}
+	s := Stats{Up: l.Up(now), Jitter: l.delay.Jitter()}
+	s.Loss, s.ReturnLoss = l.Loss(now)
 	d, ok1 := l.delay.Estimate(now)
 	r, ok2 := l.rtt.Estimate(now)
 	if ok1 && ok2 {

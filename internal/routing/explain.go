@@ -72,8 +72,8 @@ func (r *Router) Why(now time.Time, dst wire.SiteID) Explanation {
 	ex.Reachable, ex.Chosen, ex.Since, ex.PinActive = true, d.path, d.since, d.pinned
 	ex.PendingSince, ex.Switches, ex.LastSwitch = d.pendingSince, d.switches, d.last
 	ex.DirectSince = d.directSince
-	ex.Settling = now.Sub(d.firstSeen) < r.cfg.Settle
 	best := m.ShortestPaths(r.cfg.Weights, r.self, r.cfg.MaxHops, r.noRelay)[dst]
+	ex.Settling = r.settling(now, m, d, best)
 	if !d.pendingSince.IsZero() && d.pendingHold > 0 {
 		ex.Hold = d.pendingHold
 	}

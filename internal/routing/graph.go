@@ -12,12 +12,27 @@ type Edge struct {
 	// Delay is the offset-shifted one-way delay.
 	Delay time.Duration
 	// RTT is the round trip of the link (offset-free).
-	RTT  time.Duration
-	Loss float64
+	RTT time.Duration
+	// Loss is the link's loss (its origin's outgoing direction) with its
+	// confidence interval.
+	Loss Loss
 	// Suspect marks a link that is still up but whose latest probe
 	// replies are missing: it may be dying. Routes over it (or through the
 	// site it leads to) are in doubt and get a backup path that avoids it.
 	Suspect bool
+	// Settling marks a link that came up so recently (for the first time,
+	// or after a long while down) that its estimates are still filling
+	// their window: a route over it is not damped, since its changes
+	// follow the estimates settling, not a link that flaps.
+	Settling bool
+}
+
+// Loss is a link's loss rate with its confidence interval.
+type Loss struct {
+	Rate      float64
+	Low, High float64
+	// Samples is the number of probes the rate is over.
+	Samples int
 }
 
 // Matrix is the graph routes are computed on: the live members (self
@@ -101,6 +116,18 @@ func (m *Matrix) Sites() []wire.SiteID { return m.ids }
 // Has reports whether a site is in the matrix.
 func (m *Matrix) Has(id wire.SiteID) bool { _, ok := m.index[id]; return ok }
 
+// pathSettling reports whether a link of path p from src is Settling.
+func (m *Matrix) pathSettling(src wire.SiteID, p []wire.SiteID) bool {
+	prev := src
+	for _, hop := range p {
+		if e, ok := m.Edge(prev, hop); ok && e.Settling {
+			return true
+		}
+		prev = hop
+	}
+	return false
+}
+
 // Metrics are the sums along a path.
 type Metrics struct {
 	// Delay is the sum of offset-shifted delays; comparable between paths
@@ -121,24 +148,35 @@ type Metrics struct {
 	Delivery float64
 }
 
-// Weights turn link loss into a cost.
+// Weights turn link loss into a cost, by the model of docs/loss.md: a
+// packet lost on a link costs the flow that sent it the time its
+// transport takes to notice and send it again (Recovery), so a link that
+// loses a fraction p of its packets adds p × Recovery to the expected
+// delay of the packets sent over it. The cost is an absolute duration, so
+// adding it keeps path comparisons offset-free, and it is additive over a
+// path's links (exact to first order in p). What is charged is the part
+// of the loss that is significant: the lower bound of the loss's
+// confidence interval above LossFloor.
 type Weights struct {
-	// LossPenalty is added to a link's cost per unit of loss (a link with
-	// 1 % loss costs LossPenalty/100 more). It is an absolute duration,
-	// so adding it keeps path comparisons offset-free.
-	LossPenalty time.Duration
-	// MaxLoss excludes links losing at least this fraction.
-	MaxLoss float64
-	// LossFloor is loss that costs nothing: below it, a missing probe
-	// reply is more likely a late one (a busy responder) than a lost
-	// packet, and charging for it would make routes move on noise.
+	// Recovery is what one lost packet costs a flow.
+	Recovery time.Duration
+	// LossFloor is the loss that costs nothing: the background loss of
+	// ordinary Internet paths, which every path has, and which cannot be
+	// told apart between paths in any window short enough to follow the
+	// network.
 	LossFloor float64
+	// MaxLoss excludes links whose loss is surely (its interval's lower
+	// bound) at least this fraction.
+	MaxLoss float64
 }
 
-func (w Weights) usable(e Edge) bool { return w.MaxLoss <= 0 || e.Loss < w.MaxLoss }
+func (w Weights) usable(e Edge) bool { return w.MaxLoss <= 0 || e.Loss.Low < w.MaxLoss }
 
-func (w Weights) cost(e Edge) time.Duration {
-	return e.Delay + time.Duration(max(e.Loss-w.LossFloor, 0)*float64(w.LossPenalty))
+func (w Weights) cost(e Edge) time.Duration { return e.Delay + w.LossCost(e.Loss) }
+
+// LossCost is what a link's loss adds to its cost.
+func (w Weights) LossCost(l Loss) time.Duration {
+	return time.Duration(max(l.Low-w.LossFloor, 0) * float64(w.Recovery))
 }
 
 // Measure sums a path from src; ok is false if a link is missing or
@@ -157,7 +195,7 @@ func (m *Matrix) Measure(w Weights, src wire.SiteID, path []wire.SiteID) (Metric
 		mt.Delay += e.Delay
 		mt.Cost += w.cost(e)
 		mt.RTT += e.RTT
-		mt.Delivery *= 1 - e.Loss
+		mt.Delivery *= 1 - e.Loss.Rate
 		prev = hop
 	}
 	mt.OneWay = mt.RTT / 2

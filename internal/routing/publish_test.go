@@ -48,16 +48,29 @@ func TestTableRefreshesDirectLinkWithoutPathChange(t *testing.T) {
 	}
 }
 
-// A little loss, as late probe replies from a busy site look, must not
-// move a route; heavy loss must.
-func TestLossBelowTheFloorCostsNothing(t *testing.T) {
+// Loss costs only the part of its interval's lower bound above the floor,
+// at Recovery per lost packet; a link surely losing MaxLoss is unusable.
+func TestLossCost(t *testing.T) {
 	w := DefaultConfig().Weights
-	e := Edge{Delay: 10 * time.Millisecond}
-	if c := w.cost(Edge{Delay: e.Delay, Loss: 0.02}); c != e.Delay {
-		t.Errorf("2 %% loss costs %v, want %v", c, e.Delay)
+	const d = 10 * time.Millisecond
+	for _, c := range []struct {
+		loss Loss
+		want time.Duration
+	}{
+		{Loss{Rate: 0.01, Low: 0.007, High: 0.014, Samples: 5000}, d},      // background loss
+		{Loss{Rate: 0.06, Low: 0.01, High: 0.2, Samples: 50}, d},           // not surely above the floor
+		{Loss{Rate: 0.05, Low: 0.04, High: 0.06, Samples: 2000}, d + 4*ms}, // 2 % above the floor × 200 ms
+		{Loss{Rate: 0.2, Low: 0.17, High: 0.23, Samples: 1000}, d + 30*ms}, // 15 % × 200 ms
+	} {
+		if got := w.cost(Edge{Delay: d, Loss: c.loss}); (got - c.want).Abs() > 10*time.Microsecond {
+			t.Errorf("loss %+v costs %v, want %v", c.loss, got, c.want)
+		}
 	}
-	if c := w.cost(Edge{Delay: e.Delay, Loss: 0.20}); c <= e.Delay+10*time.Millisecond {
-		t.Errorf("20 %% loss costs only %v", c)
+	if !w.usable(Edge{Loss: Loss{Rate: 0.3, Low: 0.1, High: 0.7, Samples: 10}}) {
+		t.Error("a link not surely losing a quarter is unusable")
+	}
+	if w.usable(Edge{Loss: Loss{Rate: 0.5, Low: 0.3, High: 0.7, Samples: 20}}) {
+		t.Error("a link surely losing more than a quarter is usable")
 	}
 }
 

@@ -39,8 +39,10 @@ type Config struct {
 	// several milliseconds are still followed after Hold.
 	NearTieHold time.Duration
 	// Settle is how long after a destination first becomes reachable its
-	// route follows the best path without hysteresis, while the link
-	// matrix fills in.
+	// route follows the best path without damping, while the link matrix
+	// fills in. The same holds, for as long as they are settling, for the
+	// routes whose current or best path has a link marked Settling (a
+	// link that just came up, as when a site joins).
 	Settle time.Duration
 	// MinSwitchInterval damps flapping: after a switch, the next one that
 	// is not forced (by a dead path, a forbidden relay or an operator's
@@ -87,7 +89,7 @@ func DefaultConfig() Config {
 		ReturnHold:        10 * time.Second,
 		ReturnWindow:      time.Minute,
 		HoldMargin:        500 * time.Microsecond,
-		Weights:           Weights{LossPenalty: 100 * time.Millisecond, MaxLoss: 0.5, LossFloor: 0.03},
+		Weights:           DefaultWeights(),
 	}
 }
 
@@ -100,10 +102,18 @@ func (c *Config) Validate() error {
 		return errors.New("routing: switching gain must be non-negative and the fraction below 1")
 	case c.Hold < 0 || c.NearTieHold < 0 || c.Settle < 0 || c.MinSwitchInterval < 0 || c.ReturnHold < 0 || c.ReturnWindow < 0 || c.HoldMargin < 0 || c.HoldMargin > time.Millisecond:
 		return errors.New("routing: negative hold, settle, damping or return time, or a hold margin outside 0..1 ms")
-	case c.Weights.LossPenalty < 0 || c.Weights.MaxLoss < 0 || c.Weights.MaxLoss > 1:
-		return errors.New("routing: loss penalty must be non-negative and max loss in 0..1")
+	case c.Weights.Recovery < 0 || c.Weights.LossFloor < 0 || c.Weights.LossFloor > 1 || c.Weights.MaxLoss < 0 || c.Weights.MaxLoss > 1:
+		return errors.New("routing: loss recovery time must be non-negative, and loss floor and max loss in 0..1")
 	}
 	return nil
+}
+
+// DefaultWeights charges loss at 200 ms per lost packet (Linux's minimum
+// TCP retransmission timeout: what a lost request of a request-response
+// flow waits), above a floor of 2 %, and excludes links surely losing a
+// quarter of their packets.
+func DefaultWeights() Weights {
+	return Weights{Recovery: 200 * time.Millisecond, LossFloor: 0.02, MaxLoss: 0.25}
 }
 
 // Errors returned by operator overrides.
@@ -321,7 +331,7 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 		return r.preferDirect(now, m, d, id, cm)
 	}
 	gain := cm.Cost - bm.Cost
-	if now.Sub(d.firstSeen) < r.cfg.Settle {
+	if r.settling(now, m, d, bp) {
 		// While the estimates fill in, a clear gain is taken at once, but
 		// not a tie: changing between paths a few microseconds apart
 		// gains nothing and may reorder packets.
@@ -382,7 +392,7 @@ func (r *Router) preferDirect(now time.Time, m *Matrix, d *dest, dst wire.SiteID
 		d.directSince = time.Time{}
 		return Switch{}, false
 	}
-	if now.Sub(d.firstSeen) < r.cfg.Settle {
+	if r.settling(now, m, d, []wire.SiteID{dst}) {
 		return r.install(now, d, []wire.SiteID{dst}, false, fmt.Sprintf("settling: the relay gains only %v over the direct path", adv.Round(time.Microsecond)), false), true
 	}
 	if d.directSince.IsZero() {
@@ -393,6 +403,14 @@ func (r *Router) preferDirect(now time.Time, m *Matrix, d *dest, dst wire.SiteID
 	}
 	reason := fmt.Sprintf("the relay gained only %v over the direct path for %v", adv.Round(time.Microsecond), now.Sub(d.directSince).Round(time.Millisecond))
 	return r.install(now, d, []wire.SiteID{dst}, false, reason, true), true
+}
+
+// settling reports whether the route of d is still settling at now: its
+// destination became reachable less than Settle ago, or a link of its
+// current path or of the candidate path p is Settling. While it is, a
+// clear gain is taken at once and starts no damping.
+func (r *Router) settling(now time.Time, m *Matrix, d *dest, p []wire.SiteID) bool {
+	return now.Sub(d.firstSeen) < r.cfg.Settle || m.pathSettling(r.self, d.path) || m.pathSettling(r.self, p)
 }
 
 // holdFor is how long a gain must last before a switch: Hold for a clear
@@ -433,7 +451,7 @@ func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, pinned bool, r
 		// twice the switching threshold (the best of noisy estimates is
 		// biased low, so a smaller rise is not taken as a change). The
 		// switches of the settling period only sort out first estimates.
-		if settled := now.Sub(d.firstSeen) >= r.cfg.Settle; settled && (!ok || pm.Cost-d.bestCost >= 2*r.threshold(pm)) {
+		if settled := !r.settling(now, r.matrix, d, p); settled && (!ok || pm.Cost-d.bestCost >= 2*r.threshold(pm)) {
 			d.leftPath = d.path
 		}
 	}

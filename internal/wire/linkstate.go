@@ -38,14 +38,20 @@ import "time"
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	|                 round-trip time, microseconds                 |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//	|                     jitter, microseconds                      |
+//	|     jitter, microseconds      |  packets the loss is over     |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	|    offset-shifted one-way delay, nanoseconds (signed 64 bits) |
 //	+                                                               +
 //	|                                                               |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //
-// Link flag bit 0 means the link is up. The offset-shifted delay is
+// Link flag bit 0 means the link is up. The loss is the origin's
+// outgoing direction only, over the number of probes given beside the
+// jitter (both saturate at 65535), from which every site computes the
+// same confidence interval. A message whose common header has flag 0x01
+// (FlagLossSamples) has this layout; without it (an older site) the
+// jitter takes all 32 bits and the sample count is unknown. The
+// offset-shifted delay is
 // receive time minus send time on two unsynchronised clocks; it may be
 // negative and is only meaningful in sums and differences of paths between
 // the same two sites.
@@ -59,6 +65,10 @@ const (
 	MaxLinkEntries = (1400 - LinkStateFixedLen) / LinkEntryLen
 )
 
+// FlagLossSamples marks a link-state message whose entries carry the
+// number of probes their loss is over.
+const FlagLossSamples uint8 = 1 << 0
+
 // LinkFlagUp marks a link as up in LinkEntry.Flags.
 const LinkFlagUp uint8 = 1 << 0
 
@@ -68,8 +78,10 @@ type LinkEntry struct {
 	Flags  uint8
 	Loss   uint16 // fraction lost × 65535
 	RTT    uint32 // microseconds
-	Jitter uint32 // microseconds
-	Delay  int64  // offset-shifted one-way delay, nanoseconds
+	Jitter uint16 // microseconds
+	// LossSamples is the number of probes Loss is over; 0 if unknown.
+	LossSamples uint16
+	Delay       int64 // offset-shifted one-way delay, nanoseconds
 }
 
 // Up reports whether the link is up.
@@ -94,7 +106,7 @@ func AppendLinkState(b []byte, ls *LinkState) ([]byte, error) {
 		return b, ErrMalformed
 	}
 	var h [LinkStateFixedLen]byte
-	PutCommon(h[:], TypeLinkState, 0)
+	PutCommon(h[:], TypeLinkState, FlagLossSamples)
 	be.PutUint32(h[4:], uint32(ls.Origin))
 	be.PutUint64(h[8:], ls.Incarnation)
 	be.PutUint32(h[16:], ls.Seq)
@@ -112,7 +124,8 @@ func appendLinkEntry(b []byte, e *LinkEntry) []byte {
 	m[4] = e.Flags
 	be.PutUint16(m[6:], e.Loss)
 	be.PutUint32(m[8:], e.RTT)
-	be.PutUint32(m[12:], e.Jitter)
+	be.PutUint16(m[12:], e.Jitter)
+	be.PutUint16(m[14:], e.LossSamples)
 	be.PutUint64(m[16:], uint64(e.Delay))
 	return append(b, m[:]...)
 }
@@ -134,10 +147,11 @@ func ParseLinkState(b []byte, ls *LinkState) error {
 	if len(b) < LinkStateLen(n) {
 		return ErrTruncated
 	}
+	_, flags, _ := ParseCommon(b)
 	ls.Entries = ls.Entries[:0]
 	off := LinkStateFixedLen
 	for i := 0; i < n; i++ {
-		e := parseLinkEntry(b[off:])
+		e := parseLinkEntry(b[off:], flags&FlagLossSamples != 0)
 		if e.Peer == 0 || e.Peer == ls.Origin {
 			return ErrMalformed
 		}
@@ -147,15 +161,22 @@ func ParseLinkState(b []byte, ls *LinkState) error {
 	return nil
 }
 
-func parseLinkEntry(m []byte) LinkEntry {
-	return LinkEntry{
-		Peer:   SiteID(be.Uint32(m[0:])),
-		Flags:  m[4],
-		Loss:   be.Uint16(m[6:]),
-		RTT:    be.Uint32(m[8:]),
-		Jitter: be.Uint32(m[12:]),
-		Delay:  int64(be.Uint64(m[16:])),
+// parseLinkEntry decodes one entry; samples says whether it carries a
+// loss sample count (FlagLossSamples) or a 32-bit jitter.
+func parseLinkEntry(m []byte, samples bool) LinkEntry {
+	e := LinkEntry{
+		Peer:  SiteID(be.Uint32(m[0:])),
+		Flags: m[4],
+		Loss:  be.Uint16(m[6:]),
+		RTT:   be.Uint32(m[8:]),
+		Delay: int64(be.Uint64(m[16:])),
 	}
+	if samples {
+		e.Jitter, e.LossSamples = be.Uint16(m[12:]), be.Uint16(m[14:])
+	} else {
+		e.Jitter = uint16(min(be.Uint32(m[12:]), 65535))
+	}
+	return e
 }
 
 // LossToWire converts a loss fraction in [0, 1] to its wire form; values

@@ -47,16 +47,33 @@ package wire
 //	+                                                               +
 //	|                                                               |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|   probes received from this prober (flag 0x01 only), 32 bits  |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //
 // With t4 the reply's receive time on the prober's clock, the prober learns
 // the offset-shifted one-way delay of its outgoing link, t2 − t1, and the
 // round-trip time (t4 − t1) − (t3 − t2), which is free of clock offsets.
+//
+// A reply with flag 0x01 (FlagReceived, 44 bytes) also carries how many
+// probes the responder has received from the prober, this one included (a
+// counter that wraps). Between two replies the prober then knows how many
+// of its probes arrived (the loss of its outgoing direction) and how many
+// replies were sent back (one per probe received: the loss of the return
+// direction is those minus the replies that arrived). A reply without
+// the flag (40 bytes, from a site that does not count) gives only the
+// round-trip loss.
 
 // ProbeLen and ProbeReplyLen are the encoded lengths of the two messages.
 const (
 	ProbeLen      = CommonHeaderLen + 4 + 4 + 4 + 8
 	ProbeReplyLen = CommonHeaderLen + 4 + 4 + 4 + 8 + 8 + 8
+	// ProbeReplyCountLen is the length of a reply with FlagReceived.
+	ProbeReplyCountLen = ProbeReplyLen + 4
 )
+
+// FlagReceived marks a probe reply that carries the responder's count of
+// probes received.
+const FlagReceived uint8 = 1 << 0
 
 // Offsets of the timestamps in a probe (t1) and a probe reply (t1, t2,
 // t3), as drawn above.
@@ -64,6 +81,9 @@ const (
 	offT1 = 16
 	offT2 = 24
 	offT3 = 32
+	// offReceived is the offset of the count of probes received in a
+	// reply with FlagReceived.
+	offReceived = 40
 )
 
 // Probe is the parsed form of a probe.
@@ -82,6 +102,11 @@ type ProbeReply struct {
 	ProbeSendTime int64 // t1, prober's clock
 	ProbeRecvTime int64 // t2, responder's clock
 	ReplySendTime int64 // t3, responder's clock
+	// HasReceived says whether the reply carries Received.
+	HasReceived bool
+	// Received counts the probes the responder has received from the
+	// prober, this one included (it wraps).
+	Received uint32
 }
 
 // AppendProbe appends the encoding of p to b.
@@ -112,15 +137,20 @@ func ParseProbe(b []byte, p *Probe) error {
 
 // AppendProbeReply appends the encoding of r to b.
 func AppendProbeReply(b []byte, r *ProbeReply) []byte {
-	var m [ProbeReplyLen]byte
-	PutCommon(m[:], TypeProbeReply, 0)
+	var m [ProbeReplyCountLen]byte
+	n, flags := ProbeReplyLen, uint8(0)
+	if r.HasReceived {
+		n, flags = ProbeReplyCountLen, FlagReceived
+		be.PutUint32(m[offReceived:], r.Received)
+	}
+	PutCommon(m[:], TypeProbeReply, flags)
 	be.PutUint32(m[4:], uint32(r.Sender))
 	be.PutUint32(m[8:], uint32(r.Receiver))
 	be.PutUint32(m[12:], r.Seq)
 	be.PutUint64(m[offT1:], uint64(r.ProbeSendTime))
 	be.PutUint64(m[offT2:], uint64(r.ProbeRecvTime))
 	be.PutUint64(m[offT3:], uint64(r.ReplySendTime))
-	return append(b, m[:]...)
+	return append(b, m[:n]...)
 }
 
 // ParseProbeReply decodes a probe reply, including its common header.
@@ -134,6 +164,14 @@ func ParseProbeReply(b []byte, r *ProbeReply) error {
 	r.ProbeSendTime = int64(be.Uint64(b[offT1:]))
 	r.ProbeRecvTime = int64(be.Uint64(b[offT2:]))
 	r.ReplySendTime = int64(be.Uint64(b[offT3:]))
+	_, flags, _ := ParseCommon(b)
+	r.HasReceived, r.Received = false, 0
+	if flags&FlagReceived != 0 {
+		if len(b) < ProbeReplyCountLen {
+			return ErrTruncated
+		}
+		r.HasReceived, r.Received = true, be.Uint32(b[offReceived:])
+	}
 	if r.Sender == 0 || r.Receiver == 0 {
 		return ErrMalformed
 	}

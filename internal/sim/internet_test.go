@@ -1,0 +1,189 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// internet describes an overlay built as the Internet would give it: a
+// subset of the 54 measured Azure regions, each direction's one-way delay
+// (half the measured round trip) perturbed independently, so that many
+// pairs have a faster detour, clocks set tens of seconds apart and
+// drifting, a little jitter and random loss on every link.
+type internet struct {
+	sites   int           // regions taken at random from the 54; 54 takes all
+	perturb float64       // each direction's delay × U(1 − perturb, 1 + perturb)
+	offset  time.Duration // clock offsets U(−offset, +offset)
+	skew    float64       // clock skew U(−skew, +skew)
+	jitter  time.Duration
+	loss    float64 // random loss on every directed link
+	// stagger starts the sites one after the other, this far apart.
+	stagger time.Duration
+}
+
+// issueInternet is the network of the loss and convergence checks: ±25 %
+// per direction, clocks ±30 s apart and ±100 ppm, 0.3 ms jitter.
+func issueInternet(sites int, loss float64) internet {
+	return internet{sites: sites, perturb: 0.25, offset: 30 * time.Second, skew: 100e-6, stagger: 250 * time.Millisecond,
+		jitter: 300 * time.Microsecond, loss: loss}
+}
+
+// build returns the network (sites not started) for seed.
+func (in internet) build(t testing.TB, seed uint64) *Net {
+	t.Helper()
+	sc := load(t, "azure-54")
+	rng := rand.New(rand.NewPCG(seed, seed*31+7))
+	pick := rng.Perm(len(sc.Sites))[:in.sites]
+	n := New(seed)
+	for k, i := range pick {
+		var boot []netip.AddrPort
+		if k > 0 {
+			boot = []netip.AddrPort{AddrOf(0)}
+		}
+		off := time.Duration((2*rng.Float64() - 1) * float64(in.offset))
+		s := n.AddSite(sc.Sites[i].Name, off, boot, nil)
+		s.Skew = (2*rng.Float64() - 1) * in.skew
+	}
+	for a, i := range pick {
+		for b, j := range pick {
+			if a == b {
+				continue
+			}
+			d := float64(sc.Link(i, j).Delay) * (1 + in.perturb*(2*rng.Float64()-1))
+			n.links[[2]int{a, b}] = Link{Delay: time.Duration(d), Jitter: in.jitter, Loss: in.loss}
+		}
+	}
+	return n
+}
+
+// startStaggered starts every site, stagger apart, and returns when the
+// last one has started.
+func startStaggered(t testing.TB, n *Net, stagger time.Duration) {
+	t.Helper()
+	for _, s := range n.Sites() {
+		if err := n.Start(s.Name); err != nil {
+			t.Fatal(err)
+		}
+		n.RunFor(stagger)
+	}
+}
+
+// settleRun is what one run of the convergence check saw.
+type settleRun struct {
+	early, late   oracleReport // 10 s after the last start, and at the end
+	changes       int          // route changes between the two
+	firstInBound  time.Duration
+	changeDetails []string
+}
+
+// runSettle builds and starts the network, checks every ordered pair
+// against the 3-hop optimum after warm (10 s in the issue) and again
+// after steady more, and counts the route changes in between.
+func runSettle(t *testing.T, in internet, seed uint64, warm, steady time.Duration) settleRun {
+	n := in.build(t, seed)
+	startStaggered(t, n, in.stagger)
+	var r settleRun
+	r.firstInBound = -1
+	for el := time.Duration(0); el < warm; el += time.Second {
+		n.RunFor(time.Second)
+		if r.firstInBound < 0 && checkOracleQuiet(n, 3).violations == 0 {
+			r.firstInBound = el + time.Second
+		}
+	}
+	r.early = checkOracleQuiet(n, 3)
+	before := len(n.Changes)
+	n.RunFor(steady)
+	r.late = checkOracleQuiet(n, 3)
+	for _, c := range n.Changes[before:] {
+		r.changes++
+		if len(r.changeDetails) < 5 {
+			r.changeDetails = append(r.changeDetails, fmt.Sprintf("+%v %s→%s: %v → %v",
+				c.At.Sub(Start).Round(time.Millisecond), c.Site, n.nameOf(c.Dest), n.names(c.From), n.names(c.To)))
+		}
+	}
+	return r
+}
+
+// TestInternetLossRoutes is the loss and convergence check: random
+// 20-site subsets of the Azure regions with 0, 0.1, 0.5 and 1 % random
+// loss on every link. 10 s after the last site starts every ordered pair
+// must be within max(0.5 ms, 2 %) of the 3-hop optimum, and stay so with no
+// route change for the rest of the run (the links do not change, so any
+// change is noise). The run is 2 simulated minutes here;
+// DETOUR_SIM_STEADY (a duration, e.g. 10m) and DETOUR_SIM_SEEDS (a count)
+// make it longer and wider.
+func TestInternetLossRoutes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("several 20-site overlays for minutes each")
+	}
+	steady := 2 * time.Minute
+	if v := os.Getenv("DETOUR_SIM_STEADY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("DETOUR_SIM_STEADY=%q: %v", v, err)
+		}
+		steady = d
+	}
+	seeds := 2
+	if v := os.Getenv("DETOUR_SIM_SEEDS"); v != "" {
+		k, err := strconv.Atoi(v)
+		if err != nil || k < 1 {
+			t.Fatalf("DETOUR_SIM_SEEDS=%q: want a positive count", v)
+		}
+		seeds = k
+	}
+	for _, loss := range lossRates() {
+		for seed := uint64(1); seed <= uint64(seeds); seed++ {
+			t.Run(fmt.Sprintf("loss=%g%%/seed=%d", 100*loss, seed), func(t *testing.T) {
+				t.Parallel()
+				r := runSettle(t, issueInternet(20, loss), 100+seed, 10*time.Second, steady)
+				t.Logf("in bound after %v; at 10 s: %d of %d pairs outside (worst kept: %s); after %v more: %d outside; %d route changes between",
+					r.firstInBound, r.early.violations, r.early.pairs, r.early.worst, steady, r.late.violations, r.changes)
+				for _, d := range r.early.details {
+					t.Errorf("at 10 s: %s", d)
+				}
+				for _, d := range r.late.details {
+					t.Errorf("at the end: %s", d)
+				}
+				for _, d := range r.changeDetails {
+					t.Errorf("route change: %s", d)
+				}
+			})
+		}
+	}
+}
+
+// names returns a path as site names.
+func (n *Net) names(p []wire.SiteID) []string {
+	out := make([]string, 0, len(p))
+	for _, id := range p {
+		out = append(out, n.nameOf(id))
+	}
+	return out
+}
+
+// lossRates are the loss rates of TestInternetLossRoutes; DETOUR_SIM_LOSS
+// (a comma-separated list of percentages) replaces them.
+func lossRates() []float64 {
+	v := os.Getenv("DETOUR_SIM_LOSS")
+	if v == "" {
+		return []float64{0, 0.001, 0.005, 0.01}
+	}
+	var out []float64
+	for _, f := range strings.Split(v, ",") {
+		p, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			panic(fmt.Sprintf("DETOUR_SIM_LOSS=%q: %v", v, err))
+		}
+		out = append(out, p/100)
+	}
+	return out
+}
