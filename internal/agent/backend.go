@@ -153,7 +153,14 @@ func (a *Agent) Why(site string) (api.Why, error) {
 		if c.Best {
 			note += ", best"
 		}
-		w.Candidates = append(w.Candidates, api.Candidate{Path: a.node.Names(c.Path), LatencyMs: ms(c.OneWayEstimate), Note: note})
+		ac := api.Candidate{Path: a.node.Names(c.Path), LatencyMs: ms(c.OneWayEstimate), Note: note}
+		for _, l := range c.Links {
+			ac.LossCostMs += ms(l.LossCost)
+			ac.Links = append(ac.Links, api.CandidateLink{From: a.node.NameOf(l.From), To: a.node.NameOf(l.To),
+				LossPct: 100 * l.Loss.Rate, LossLowPct: 100 * l.Loss.Low, LossHighPct: 100 * l.Loss.High,
+				LossSamples: l.Loss.Samples, LossCostMs: ms(l.LossCost)})
+		}
+		w.Candidates = append(w.Candidates, ac)
 	}
 	return w, nil
 }

@@ -140,7 +140,24 @@ type Why struct {
 type Candidate struct {
 	Path      []string `json:"path"`
 	LatencyMs float64  `json:"latency_ms"`
-	Note      string   `json:"note,omitempty"`
+	// LossCostMs is what the loss of the path's links adds to its cost
+	// (the sum of the links' LossCostMs).
+	LossCostMs float64         `json:"loss_cost_ms"`
+	Links      []CandidateLink `json:"links"`
+	Note       string          `json:"note,omitempty"`
+}
+
+// CandidateLink is one link of a candidate path: its loss (the origin's
+// outgoing direction) with the confidence interval, the number of probes
+// it is over, and what it adds to the path's cost.
+type CandidateLink struct {
+	From        string  `json:"from"`
+	To          string  `json:"to"`
+	LossPct     float64 `json:"loss_pct"`
+	LossLowPct  float64 `json:"loss_low_pct"`
+	LossHighPct float64 `json:"loss_high_pct"`
+	LossSamples int     `json:"loss_samples"`
+	LossCostMs  float64 `json:"loss_cost_ms"`
 }
 
 // FDBEntry is one learned Ethernet address.

@@ -214,9 +214,25 @@ func printWhy(w io.Writer, raw []byte) error {
 		return err
 	}
 	fmt.Fprintf(w, "to %s: %s\n%s\n\n", y.Dest, strings.Join(y.Chosen, " > "), y.Reason)
-	return table(w, "CANDIDATE\tLATENCY ms\tNOTE", func(tw io.Writer) {
+	return table(w, "CANDIDATE\tLATENCY ms\tLOSS COST ms\tNOTE", func(tw io.Writer) {
 		for _, c := range y.Candidates {
-			fmt.Fprintf(tw, "%s\t%.2f\t%s\n", strings.Join(c.Path, " > "), c.LatencyMs, c.Note)
+			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%s\n", strings.Join(c.Path, " > "), c.LatencyMs, c.LossCostMs, c.Note)
+			for _, l := range c.Links {
+				fmt.Fprintf(tw, "  %s > %s\t\t\tloss %s\n", l.From, l.To, lossText(l))
+			}
 		}
 	})
+}
+
+// lossText describes a link's loss: the rate, its 95 % interval and the
+// probes it is over, and what it costs.
+func lossText(l api.CandidateLink) string {
+	if l.LossSamples == 0 {
+		return "not measured yet"
+	}
+	s := fmt.Sprintf("%.2f %% [%.2f, %.2f] over %d probes", l.LossPct, l.LossLowPct, l.LossHighPct, l.LossSamples)
+	if l.LossCostMs > 0 {
+		s += fmt.Sprintf(", adds %.2f ms", l.LossCostMs)
+	}
+	return s
 }

@@ -165,7 +165,7 @@ func (n *Node) forget(now time.Time) {
 		if (m.state == StateDown || m.state == StateLeft) && now.Sub(m.since) > n.cfg.ForgetAfter {
 			delete(n.members, id)
 			n.sorted = nil
-			n.db.Drop(id)
+			n.db.DropAt(now, id)
 		}
 	}
 }
@@ -174,7 +174,7 @@ func (n *Node) forget(now time.Time) {
 func (n *Node) depart(now time.Time, m *member) {
 	n.setState(now, m, StateLeft)
 	m.link.Reset()
-	n.db.Drop(m.id)
+	n.db.DropAt(now, m.id)
 }
 
 // selfRecord describes this site.

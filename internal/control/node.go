@@ -83,13 +83,12 @@ var (
 
 // Node is one site's control plane.
 type Node struct {
-	cfg      Config
-	self     wire.SiteID
-	inc      uint64
-	members  map[wire.SiteID]*member
-	db       *linkstate.DB
-	// ages tells which links of the matrix are still settling.
-	ages *linkAges
+	cfg     Config
+	self    wire.SiteID
+	inc     uint64
+	members map[wire.SiteID]*member
+	db      *linkstate.DB
+
 	orig     *linkstate.Originator
 	router   *routing.Router
 	outbox   []Outgoing
@@ -132,7 +131,6 @@ func New(cfg Config, now time.Time) (*Node, error) {
 		inc:       inc,
 		members:   map[wire.SiteID]*member{},
 		db:        linkstate.NewDB(cfg.ExpireAfter),
-		ages:      newLinkAges(cfg.Filter.MaxAge+time.Second, cfg.Routing.ReturnWindow),
 		orig:      linkstate.NewOriginator(cfg.LinkState, self, inc),
 		router:    routing.NewRouter(cfg.Routing, self),
 		started:   now,
@@ -398,6 +396,11 @@ func (n *Node) ownLinks(now time.Time) []linkstate.Link {
 	return out
 }
 
+// settleTime is how long a link's estimates take to fill their window
+// after it comes up: the delay filter's longest sample age and a second
+// for link state to bring them.
+func (n *Node) settleTime() time.Duration { return n.cfg.Filter.MaxAge + time.Second }
+
 // legacyLossSamples is the number of probes a link's loss is taken to be
 // over when its origin does not say (a site of an earlier version, which
 // counted the last 20 probes).
@@ -462,12 +465,11 @@ func (n *Node) route(now time.Time) {
 			if l.Up {
 				e := routing.Edge{Delay: l.Delay, RTT: l.RTT, Loss: n.lossEstimate(l)}
 				e.Suspect = from == n.self && n.suspect(now, n.members[l.To])
-				e.Settling = n.ages.up(now, from, l.To)
+				e.Settling = !l.Flapping && now.Sub(l.UpSince) < n.settleTime()
 				mx.Set(from, l.To, e)
 			}
 		}
 	}
-	n.ages.sweep(now)
 	sw := n.router.Update(now, mx, addrs)
 	n.deadlineStale = true // held switches have deadlines
 	for _, s := range sw {

@@ -37,7 +37,17 @@ type Link struct {
 	// not arrive, over LossSamples probes (0 if the origin did not say).
 	Loss        float64
 	LossSamples int
+	// UpSince is when this site first held the link up in its current up
+	// period (its own clock; zero while down), and Flapping says the
+	// link came up less than FlapWindow after it went down. They are
+	// this site's knowledge, not carried on the wire.
+	UpSince  time.Time
+	Flapping bool
 }
+
+// FlapWindow is how soon after going down a link that comes back up is
+// taken to flap rather than to come up anew.
+const FlapWindow = time.Minute
 
 // Origin is the latest report of one site.
 type Origin struct {
@@ -53,12 +63,14 @@ type Origin struct {
 type DB struct {
 	expireAfter time.Duration
 	origins     map[wire.SiteID]*Origin
+	// downAt holds when each link last went down, for FlapWindow.
+	downAt map[[2]wire.SiteID]time.Time
 }
 
 // NewDB returns an empty database whose entries expire after expireAfter
 // without news from their origin.
 func NewDB(expireAfter time.Duration) *DB {
-	return &DB{expireAfter: expireAfter, origins: map[wire.SiteID]*Origin{}}
+	return &DB{expireAfter: expireAfter, origins: map[wire.SiteID]*Origin{}, downAt: map[[2]wire.SiteID]time.Time{}}
 }
 
 // Outcome says what Apply did with a message.
@@ -77,14 +89,63 @@ func (db *DB) Apply(now time.Time, ls *wire.LinkState) Outcome {
 	if o != nil && !newer(ls.Incarnation, ls.Seq, o.Incarnation, o.Seq) {
 		return Stale
 	}
+	old := o
 	o = &Origin{ID: ls.Origin, Incarnation: ls.Incarnation, Seq: ls.Seq, Received: now,
 		Links: make(map[wire.SiteID]Link, len(ls.Entries))}
 	for i := range ls.Entries {
 		l := FromWire(ls.Origin, &ls.Entries[i])
 		o.Links[l.To] = l
 	}
-	db.origins[ls.Origin] = o
+	db.replace(now, old, o)
 	return Accepted
+}
+
+// replace makes o the report of its origin in place of old (nil if none),
+// carrying over when each link came up and noting when links went down.
+func (db *DB) replace(now time.Time, old, o *Origin) {
+	for to, l := range o.Links {
+		if !l.Up {
+			continue
+		}
+		if p, ok := old.link(to); ok && p.Up {
+			l.UpSince, l.Flapping = p.UpSince, p.Flapping
+		} else {
+			down, ok := db.downAt[[2]wire.SiteID{o.ID, to}]
+			l.UpSince, l.Flapping = now, ok && now.Sub(down) < FlapWindow
+		}
+		o.Links[to] = l
+	}
+	db.wentDown(now, old, o)
+	db.origins[o.ID] = o
+}
+
+// wentDown records the links up in old and not in o (nil: none are) as
+// down at now, and forgets the down times older than FlapWindow.
+func (db *DB) wentDown(now time.Time, old, o *Origin) {
+	if old == nil {
+		return
+	}
+	for to, p := range old.Links {
+		if l, ok := o.link(to); p.Up && (!ok || !l.Up) {
+			db.downAt[[2]wire.SiteID{old.ID, to}] = now
+		}
+	}
+	if len(db.downAt) > 4*len(db.origins)*len(db.origins)+64 {
+		for k, t := range db.downAt {
+			if now.Sub(t) >= FlapWindow {
+				delete(db.downAt, k)
+			}
+		}
+	}
+}
+
+// link returns the link to to of a report that may be nil.
+func (o *Origin) link(to wire.SiteID) (Link, bool) {
+	if o == nil {
+		return Link{}, false
+	}
+	l, ok := o.Links[to]
+	return l, ok
 }
 
 // newer orders (incarnation, seq) pairs; sequence numbers compare with
@@ -100,13 +161,14 @@ func newer(inc uint64, seq uint32, oldInc uint64, oldSeq uint32) bool {
 // measurements rather than from the wire.
 func (db *DB) SetOwn(now time.Time, self wire.SiteID, inc uint64, links []Link) {
 	o := &Origin{ID: self, Incarnation: inc, Received: now, Links: make(map[wire.SiteID]Link, len(links))}
-	if old := db.origins[self]; old != nil {
+	old := db.origins[self]
+	if old != nil {
 		o.Seq = old.Seq
 	}
 	for _, l := range links {
 		o.Links[l.To] = l
 	}
-	db.origins[self] = o
+	db.replace(now, old, o)
 }
 
 // Link returns the link from → to as reported by from.
@@ -144,7 +206,16 @@ func (db *DB) Origins() []wire.SiteID {
 // Drop forgets an origin (a site that left or restarted). Links of other
 // origins towards it are kept; routing ignores them while it is not a live
 // member.
-func (db *DB) Drop(id wire.SiteID) { delete(db.origins, id) }
+func (db *DB) Drop(id wire.SiteID) { db.DropAt(time.Time{}, id) }
+
+// DropAt is Drop at a known time: the origin's links that were up count
+// as gone down then.
+func (db *DB) DropAt(now time.Time, id wire.SiteID) {
+	if !now.IsZero() {
+		db.wentDown(now, db.origins[id], nil)
+	}
+	delete(db.origins, id)
+}
 
 // Expire drops origins (other than self) not heard from for ExpireAfter
 // and returns their IDs.
@@ -153,6 +224,7 @@ func (db *DB) Expire(now time.Time, self wire.SiteID) []wire.SiteID {
 	for id, o := range db.origins {
 		if id != self && now.Sub(o.Received) > db.expireAfter {
 			gone = append(gone, id)
+			db.wentDown(now, o, nil)
 			delete(db.origins, id)
 		}
 	}

@@ -22,8 +22,18 @@ type Candidate struct {
 	// Route.OneWayEstimate).
 	OneWayEstimate time.Duration
 	Loss           float64
-	Chosen         bool
-	Best           bool
+	// Links are the path's links with their loss and what it costs.
+	Links  []LinkCost
+	Chosen bool
+	Best   bool
+}
+
+// LinkCost is one link of a candidate path: its loss with the interval,
+// and what the loss adds to the path's cost.
+type LinkCost struct {
+	From, To wire.SiteID
+	Loss     Loss
+	LossCost time.Duration
 }
 
 // Explanation says why a destination has its route.
@@ -114,7 +124,7 @@ func (r *Router) candidates(m *Matrix, dst wire.SiteID, chosen, best []wire.Site
 			continue
 		}
 		c := Candidate{Path: p, Delay: mt.Delay, Cost: mt.Cost, Loss: 1 - mt.Delivery, OneWayEstimate: mt.RTT / 2,
-			Chosen: slices.Equal(p, chosen), Best: slices.Equal(p, best)}
+			Links: r.linkCosts(m, p), Chosen: slices.Equal(p, chosen), Best: slices.Equal(p, best)}
 		if hasDirect {
 			c.GainOverDirect = direct.Delay - mt.Delay
 			c.OneWayEstimate = direct.RTT/2 - c.GainOverDirect
@@ -122,6 +132,19 @@ func (r *Router) candidates(m *Matrix, dst wire.SiteID, chosen, best []wire.Site
 		out = append(out, c)
 	}
 	slices.SortStableFunc(out, func(a, b Candidate) int { return cmpDur(a.Cost, b.Cost) })
+	return out
+}
+
+// linkCosts returns the links of path p from this site with their loss
+// and its cost.
+func (r *Router) linkCosts(m *Matrix, p []wire.SiteID) []LinkCost {
+	out := make([]LinkCost, 0, len(p))
+	prev := r.self
+	for _, hop := range p {
+		e, _ := m.Edge(prev, hop)
+		out = append(out, LinkCost{From: prev, To: hop, Loss: e.Loss, LossCost: r.cfg.Weights.LossCost(e.Loss)})
+		prev = hop
+	}
 	return out
 }
 

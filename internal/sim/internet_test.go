@@ -5,11 +5,13 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
@@ -118,8 +120,9 @@ func runSettle(t *testing.T, in internet, seed uint64, warm, steady time.Duratio
 // must be within max(0.5 ms, 2 %) of the 3-hop optimum, and stay so with no
 // route change for the rest of the run (the links do not change, so any
 // change is noise). The run is 2 simulated minutes here;
-// DETOUR_SIM_STEADY (a duration, e.g. 10m) and DETOUR_SIM_SEEDS (a count)
-// make it longer and wider.
+// DETOUR_SIM_STEADY (a duration, e.g. 10m), DETOUR_SIM_SEEDS (a count),
+// DETOUR_SIM_SITES (54 for all regions) and DETOUR_SIM_LOSS make it
+// longer and wider.
 func TestInternetLossRoutes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("several 20-site overlays for minutes each")
@@ -131,6 +134,14 @@ func TestInternetLossRoutes(t *testing.T) {
 			t.Fatalf("DETOUR_SIM_STEADY=%q: %v", v, err)
 		}
 		steady = d
+	}
+	sites := 20
+	if v := os.Getenv("DETOUR_SIM_SITES"); v != "" {
+		k, err := strconv.Atoi(v)
+		if err != nil || k < 2 || k > 54 {
+			t.Fatalf("DETOUR_SIM_SITES=%q: want a count of 2..54", v)
+		}
+		sites = k
 	}
 	seeds := 2
 	if v := os.Getenv("DETOUR_SIM_SEEDS"); v != "" {
@@ -144,7 +155,7 @@ func TestInternetLossRoutes(t *testing.T) {
 		for seed := uint64(1); seed <= uint64(seeds); seed++ {
 			t.Run(fmt.Sprintf("loss=%g%%/seed=%d", 100*loss, seed), func(t *testing.T) {
 				t.Parallel()
-				r := runSettle(t, issueInternet(20, loss), 100+seed, 10*time.Second, steady)
+				r := runSettle(t, issueInternet(sites, loss), 100+seed, 10*time.Second, steady)
 				t.Logf("in bound after %v; at 10 s: %d of %d pairs outside (worst kept: %s); after %v more: %d outside; %d route changes between",
 					r.firstInBound, r.early.violations, r.early.pairs, r.early.worst, steady, r.late.violations, r.changes)
 				for _, d := range r.early.details {
@@ -186,4 +197,85 @@ func lossRates() []float64 {
 		out = append(out, p/100)
 	}
 	return out
+}
+
+// lossyTriangle is A, B, C with A→C direct at direct (losing loss of its
+// packets one way) and A→B→C at 10 ms + relayed; every other link is
+// clean at 10 ms, with 0.3 ms jitter and clocks seconds apart.
+func lossyTriangle(direct, relayed time.Duration, loss float64) *Net {
+	n := New(3)
+	for i, name := range []string{"A", "B", "C"} {
+		var boot []netip.AddrPort
+		if i > 0 {
+			boot = []netip.AddrPort{AddrOf(0)}
+		}
+		n.AddSite(name, time.Duration(i*7-5)*time.Second, boot, nil)
+	}
+	for _, a := range []string{"A", "B", "C"} {
+		for _, b := range []string{"A", "B", "C"} {
+			if a != b {
+				n.SetLink(a, b, Link{Delay: 10 * ms, Jitter: 300 * time.Microsecond})
+			}
+		}
+	}
+	n.SetLink("A", "C", Link{Delay: direct, Jitter: 300 * time.Microsecond, Loss: loss})
+	n.SetLink("B", "C", Link{Delay: relayed, Jitter: 300 * time.Microsecond})
+	return n
+}
+
+// A link with real loss (5 % one way) is left for a path whose extra delay
+// is below what the loss costs (about 4-6 ms by the model of 200 ms per
+// lost packet above 2 %), and kept against one that costs more; the
+// reverse direction, which loses nothing, stays direct.
+func TestLossyLinkAvoidedWithinItsPrice(t *testing.T) {
+	for _, c := range []struct {
+		relayed time.Duration // B→C; A→B is 10 ms, A→C 20 ms
+		want    []string
+	}{
+		{12 * ms, []string{"B", "C"}}, // 2 ms more than direct
+		{25 * ms, []string{"C"}},      // 15 ms more
+	} {
+		n := lossyTriangle(20*ms, c.relayed, 0.05)
+		start(t, n)
+		n.RunFor(3 * time.Minute)
+		if got := n.PathNames("A", "C"); !slices.Equal(got, c.want) {
+			t.Errorf("relay %v more than direct: A→C path %v, want %v", 10*ms+c.relayed-20*ms, got, c.want)
+		}
+		if got := n.PathNames("C", "A"); !slices.Equal(got, []string{"A"}) {
+			t.Errorf("C→A path %v, want direct (the loss is one way)", got)
+		}
+		why, err := n.Site("A").Node.Why(n.Site("A").Local(n.Now()), "C")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("relay %v more: A→C %v; the direct link's loss and cost: %s", 10*ms+c.relayed-20*ms, n.PathNames("A", "C"), directLoss(why))
+	}
+}
+
+// directLoss describes the direct candidate of an explanation.
+func directLoss(ex routing.Explanation) string {
+	for _, c := range ex.Candidates {
+		if len(c.Path) == 1 {
+			return fmt.Sprintf("%+v", c)
+		}
+	}
+	return "no direct candidate"
+}
+
+// A link that loses half its packets is never used once its loss is
+// known (a couple of seconds of probes), however much shorter it is.
+func TestHalfLossLinkNeverUsed(t *testing.T) {
+	n := lossyTriangle(2*ms, 60*ms, 0.5)
+	start(t, n)
+	n.RunFor(3 * time.Second)
+	from := len(n.Changes)
+	n.RunFor(5 * time.Minute)
+	if got := n.PathNames("A", "C"); !slices.Equal(got, []string{"B", "C"}) {
+		t.Errorf("A→C path %v, want via B", got)
+	}
+	for _, c := range n.Changes[from:] {
+		if c.Site == "A" && c.Dest == n.Site("C").ID && slices.Equal(c.To, []wire.SiteID{n.Site("C").ID}) {
+			t.Errorf("A→C went back to the half-lossy direct link at +%v", c.At.Sub(Start))
+		}
+	}
 }
