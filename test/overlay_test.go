@@ -40,6 +40,7 @@ import (
 
 	"github.com/detour-overlay/detour/internal/api"
 	"github.com/detour-overlay/detour/internal/routing"
+	"github.com/detour-overlay/detour/internal/scenario"
 	"github.com/detour-overlay/detour/internal/testbed"
 	"github.com/detour-overlay/detour/internal/wanem"
 )
@@ -394,6 +395,118 @@ func bestH(d [][]float64, s, h int) []float64 {
 	return dist
 }
 
+// checkOracle checks every ordered pair's path against the best path of
+// at most 3 hops computed offline from the true delays d.
+func (o *overlay) checkOracle(t *testing.T, scen string, d [][]float64, names []string) {
+	t.Helper()
+	n := len(names)
+	var pairs, relayed, oracleRelayed, bad, strict int
+	var saved, oracleSaved, worst float64
+	for s := range n {
+		rs, err := o.routes(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		best := bestH(d, s, 3)
+		for t2 := range n {
+			if t2 == s {
+				continue
+			}
+			pairs++
+			r, ok := rs[names[t2]]
+			if !ok {
+				t.Errorf("%s has no route to %s", names[s], names[t2])
+				bad++
+				continue
+			}
+			used, prev := 0.0, s
+			for _, hop := range r.Path {
+				used += d[prev][o.idx(hop)]
+				prev = o.idx(hop)
+			}
+			if prev != t2 || len(r.Path) > 3 {
+				t.Errorf("%s -> %s: path %v does not end at the destination or is longer than 3 hops", names[s], names[t2], r.Path)
+			}
+			if len(r.Path) > 1 {
+				relayed++
+			}
+			if best[t2] < d[s][t2] {
+				oracleRelayed++
+				oracleSaved += d[s][t2] - best[t2]
+			}
+			saved += d[s][t2] - used
+			tol := max(0.5, 0.02*used)
+			excess := used - best[t2]
+			worst = max(worst, excess)
+			if excess <= max(0.5, 0.02*best[t2]/2) {
+				strict++
+			}
+			if excess > tol {
+				bad++
+				t.Errorf("%s -> %s: path %v true latency %.2f ms, best of ≤3 hops %.2f ms: %.2f ms worse (bound %.2f ms)", names[s], names[t2], r.Path, used, best[t2], excess, tol)
+				var why api.Why
+				if err := o.api[s].Get("/v1/why/"+api.PathEscape(names[t2]), &why); err == nil {
+					t.Logf("why %s -> %s: %+v", names[s], names[t2], why)
+				}
+			}
+		}
+	}
+	t.Logf(scen+": %d ordered pairs, %d within max(0.5 ms, 2 %%) of the offline best (worst excess %.3f ms; %d also within the stricter max(0.5 ms, 1 %%))", pairs, pairs-bad, worst, strict)
+	t.Logf(scen+": detour relays %d of %d pairs (%.1f %%), the offline oracle %d (%.1f %%)", relayed, pairs, 100*float64(relayed)/float64(pairs), oracleRelayed, 100*float64(oracleRelayed)/float64(pairs))
+	t.Logf(scen+": one-way latency saved over the direct paths: %.1f ms in total (%.2f ms per pair on average); the oracle saves %.1f ms", saved, saved/float64(pairs), oracleSaved)
+	if oracleRelayed == 0 || relayed == 0 {
+		t.Errorf("no relayed pairs (detour %d, oracle %d): the scenario has TIVs", relayed, oracleRelayed)
+	}
+
+}
+
+// watchRoutes counts the route switches of all sites for the duration
+// given (DETOUR_AZURE_WATCH) and logs each site's changes.
+func (o *overlay) watchRoutes(t *testing.T, scen, dur string, switches func() (uint64, bool), perSite []uint64) {
+	t.Helper()
+	w, err := time.ParseDuration(dur)
+	if err != nil {
+		t.Fatalf("DETOUR_AZURE_WATCH=%q: %v", dur, err)
+	}
+	sw0, _ := switches()
+	before := slices.Clone(perSite)
+	time.Sleep(w)
+	sw1, ok := switches()
+	if !ok {
+		t.Fatalf("some site lacks routes after watching for %v", w)
+	}
+	t.Logf("%s: %d route switches on all %d sites in %v", scen, sw1-sw0, len(perSite), w)
+	for i, s := range o.st.Sites {
+		if k := int(perSite[i] - before[i]); k > 0 {
+			o.logRouteChanges(t, s.Name, k)
+		}
+	}
+}
+
+// withLoss writes scenario scen with the given random loss (a
+// percentage) on every link to a file and returns its path.
+func withLoss(t *testing.T, scen, pct string) string {
+	t.Helper()
+	sc, err := scenario.Load(scen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := scenario.ParsePercent(pct)
+	if err != nil {
+		t.Fatalf("DETOUR_AZURE_LOSS: %v", err)
+	}
+	sc.Links.Default.Loss = &p
+	b, err := sc.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), sc.Name+".yaml")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestOverlayAzure16 runs 16 agents on the azure-16 scenario (or the one
 // named by DETOUR_AZURE_SCENARIO) and checks
 // every ordered pair's path against the best path of at most 3 hops
@@ -403,6 +516,9 @@ func TestOverlayAzure16(t *testing.T) {
 	scen := os.Getenv("DETOUR_AZURE_SCENARIO") // e.g. azure-54 for the scale run of make bench
 	if scen == "" {
 		scen = "azure-16"
+	}
+	if v := os.Getenv("DETOUR_AZURE_LOSS"); v != "" { // e.g. 0.5 for 0.5 % on every link
+		scen = withLoss(t, scen, v)
 	}
 	o := upOverlay(t, scen, "--overlay", "detour")
 	n := len(o.st.Sites)
@@ -475,62 +591,10 @@ func TestOverlayAzure16(t *testing.T) {
 	for i, s := range o.st.Sites {
 		names[i] = s.Name
 	}
-	var pairs, relayed, oracleRelayed, bad, strict int
-	var saved, oracleSaved, worst float64
-	for s := range n {
-		rs, err := o.routes(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		best := bestH(d, s, 3)
-		for t2 := range n {
-			if t2 == s {
-				continue
-			}
-			pairs++
-			r, ok := rs[names[t2]]
-			if !ok {
-				t.Errorf("%s has no route to %s", names[s], names[t2])
-				bad++
-				continue
-			}
-			used, prev := 0.0, s
-			for _, hop := range r.Path {
-				used += d[prev][o.idx(hop)]
-				prev = o.idx(hop)
-			}
-			if prev != t2 || len(r.Path) > 3 {
-				t.Errorf("%s -> %s: path %v does not end at the destination or is longer than 3 hops", names[s], names[t2], r.Path)
-			}
-			if len(r.Path) > 1 {
-				relayed++
-			}
-			if best[t2] < d[s][t2] {
-				oracleRelayed++
-				oracleSaved += d[s][t2] - best[t2]
-			}
-			saved += d[s][t2] - used
-			tol := max(0.5, 0.02*used)
-			excess := used - best[t2]
-			worst = max(worst, excess)
-			if excess <= max(0.5, 0.02*best[t2]/2) {
-				strict++
-			}
-			if excess > tol {
-				bad++
-				t.Errorf("%s -> %s: path %v true latency %.2f ms, best of ≤3 hops %.2f ms: %.2f ms worse (bound %.2f ms)", names[s], names[t2], r.Path, used, best[t2], excess, tol)
-				var why api.Why
-				if err := o.api[s].Get("/v1/why/"+api.PathEscape(names[t2]), &why); err == nil {
-					t.Logf("why %s -> %s: %+v", names[s], names[t2], why)
-				}
-			}
-		}
-	}
-	t.Logf(scen+": %d ordered pairs, %d within max(0.5 ms, 2 %%) of the offline best (worst excess %.3f ms; %d also within the stricter max(0.5 ms, 1 %%))", pairs, pairs-bad, worst, strict)
-	t.Logf(scen+": detour relays %d of %d pairs (%.1f %%), the offline oracle %d (%.1f %%)", relayed, pairs, 100*float64(relayed)/float64(pairs), oracleRelayed, 100*float64(oracleRelayed)/float64(pairs))
-	t.Logf(scen+": one-way latency saved over the direct paths: %.1f ms in total (%.2f ms per pair on average); the oracle saves %.1f ms", saved, saved/float64(pairs), oracleSaved)
-	if oracleRelayed == 0 || relayed == 0 {
-		t.Errorf("no relayed pairs (detour %d, oracle %d): the scenario has TIVs", relayed, oracleRelayed)
+	o.checkOracle(t, scen, d, names)
+	if v := os.Getenv("DETOUR_AZURE_WATCH"); v != "" {
+		o.watchRoutes(t, scen, v, switches, perSite)
+		o.checkOracle(t, scen+" at the end", d, names)
 	}
 
 	t.Run("resources", func(t *testing.T) {

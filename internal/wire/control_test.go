@@ -40,10 +40,33 @@ func TestProbeReplyRoundTrip(t *testing.T) {
 	}
 }
 
+// A reply with the count of probes received is 4 bytes longer and flagged;
+// a flagged reply without the count is truncated, and an unflagged one
+// carries none.
+func TestProbeReplyWithReceivedCount(t *testing.T) {
+	r := ProbeReply{Sender: 1, Receiver: 2, Seq: 3, ProbeSendTime: 4, ProbeRecvTime: 5, ReplySendTime: 6,
+		HasReceived: true, Received: 0xfffffffe}
+	b := AppendProbeReply(nil, &r)
+	if len(b) != ProbeReplyCountLen || b[3] != FlagReceived {
+		t.Fatalf("len %d flags %#x, want %d and %#x", len(b), b[3], ProbeReplyCountLen, FlagReceived)
+	}
+	var q ProbeReply
+	if err := ParseProbeReply(b, &q); err != nil || q != r {
+		t.Fatalf("got %+v, %v; want %+v", q, err, r)
+	}
+	if err := ParseProbeReply(b[:ProbeReplyLen], &q); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("flagged reply without its count: %v", err)
+	}
+	b[3] = 0
+	if err := ParseProbeReply(b, &q); err != nil || q.HasReceived || q.Received != 0 {
+		t.Fatalf("unflagged reply: %+v, %v", q, err)
+	}
+}
+
 func TestLinkStateRoundTrip(t *testing.T) {
 	ls := LinkState{Origin: 5, Incarnation: 1 << 40, Seq: 77, Entries: []LinkEntry{
-		{Peer: 6, Flags: LinkFlagUp, Loss: LossToWire(0.25), RTT: 32000, Jitter: 150, Delay: -3_000_000_123},
-		{Peer: 8, Flags: 0, Loss: 65535, RTT: 1, Jitter: 0, Delay: 9_000_000_000},
+		{Peer: 6, Flags: LinkFlagUp, Loss: LossToWire(0.25), RTT: 32000, Jitter: 150, LossSamples: 4321, Delay: -3_000_000_123},
+		{Peer: 8, Flags: 0, Loss: 65535, RTT: 1, Jitter: 65535, LossSamples: 65535, Delay: 9_000_000_000},
 	}}
 	b, err := AppendLinkState(nil, &ls)
 	if err != nil {
@@ -64,6 +87,26 @@ func TestLinkStateRoundTrip(t *testing.T) {
 	}
 	if !got.Entries[0].Up() || got.Entries[1].Up() {
 		t.Fatal("up flags")
+	}
+}
+
+// A link-state message of a site that does not send loss sample counts
+// (no FlagLossSamples) has a 32-bit jitter, saturated on parsing, and no
+// count.
+func TestLinkStateLegacyLayout(t *testing.T) {
+	ls := LinkState{Origin: 5, Entries: []LinkEntry{{Peer: 6, Flags: LinkFlagUp, Loss: 7, RTT: 8, Delay: 9}}}
+	b, err := AppendLinkState(nil, &ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[3] &^= FlagLossSamples
+	be.PutUint32(b[LinkStateFixedLen+12:], 70000)
+	var got LinkState
+	if err := ParseLinkState(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if e := got.Entries[0]; e.Jitter != 65535 || e.LossSamples != 0 || e.Loss != 7 || e.Delay != 9 {
+		t.Fatalf("legacy entry parsed as %+v", e)
 	}
 }
 
@@ -190,7 +233,8 @@ func parseAny(b []byte) error {
 func FuzzControl(f *testing.F) {
 	f.Add(AppendProbe(nil, &Probe{Sender: 1, Receiver: 2, Seq: 3, SendTime: 4}))
 	f.Add(AppendProbeReply(nil, &ProbeReply{Sender: 1, Receiver: 2}))
-	ls, _ := AppendLinkState(nil, &LinkState{Origin: 1, Entries: []LinkEntry{{Peer: 2, Delay: -1}}})
+	f.Add(AppendProbeReply(nil, &ProbeReply{Sender: 1, Receiver: 2, HasReceived: true, Received: 9}))
+	ls, _ := AppendLinkState(nil, &LinkState{Origin: 1, Entries: []LinkEntry{{Peer: 2, Delay: -1, LossSamples: 3}}})
 	f.Add(ls)
 	ms := testMembers()
 	h, _ := AppendHello(nil, &ms[0], 1)
