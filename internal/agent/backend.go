@@ -91,7 +91,9 @@ func (a *Agent) Links() []api.Link {
 	var out []api.Link
 	for _, l := range a.node.Links(a.clock.Now()) {
 		out = append(out, api.Link{From: l.From, To: l.To, Up: l.Up, ShiftedMs: ms(l.Delay), OneWayMs: ms(l.OneWayEstimate),
-			RTTMs: ms(l.RTT), LossPct: 100 * l.Loss, JitterMs: ms(l.Jitter), AgeMs: ms(l.Age), MeanShiftedMs: ms(l.MeanDelay)})
+			RTTMs: ms(l.RTT), LossPct: 100 * l.Loss.Rate, LossLowPct: 100 * l.Loss.Low, LossHighPct: 100 * l.Loss.High,
+			LossSamples: l.Loss.Samples, ReturnLossPct: 100 * l.ReturnLoss.Rate, ReturnLossSamples: l.ReturnLoss.Samples,
+			JitterMs: ms(l.Jitter), AgeMs: ms(l.Age), MeanShiftedMs: ms(l.MeanDelay)})
 	}
 	return out
 }

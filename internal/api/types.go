@@ -94,8 +94,17 @@ type Link struct {
 	MeanShiftedMs float64 `json:"mean_shifted_ms,omitempty"`
 	OneWayMs      float64 `json:"one_way_ms"`
 	RTTMs         float64 `json:"rtt_ms"`
-	LossPct       float64 `json:"loss_pct"`
-	JitterMs      float64 `json:"jitter_ms"`
+	// LossPct is the loss of the link's direction (From → To), over
+	// LossSamples probes, with its 95 % interval.
+	LossPct     float64 `json:"loss_pct"`
+	LossLowPct  float64 `json:"loss_low_pct"`
+	LossHighPct float64 `json:"loss_high_pct"`
+	LossSamples int     `json:"loss_samples"`
+	// ReturnLossPct is the loss of the replies coming back (To → From),
+	// over ReturnLossSamples; only for the agent's own links.
+	ReturnLossPct     float64 `json:"return_loss_pct,omitempty"`
+	ReturnLossSamples int     `json:"return_loss_samples,omitempty"`
+	JitterMs          float64 `json:"jitter_ms"`
 	AgeMs         float64 `json:"age_ms"`
 }
 

@@ -160,9 +160,10 @@ func printLinks(w io.Writer, raw []byte) error {
 	if err := json.Unmarshal(raw, &ls); err != nil {
 		return err
 	}
-	return table(w, "FROM\tTO\tUP\tONE-WAY(est) ms\tSHIFTED ms\tRTT ms\tLOSS %\tJITTER ms\tAGE ms", func(tw io.Writer) {
+	return table(w, "FROM\tTO\tUP\tONE-WAY(est) ms\tSHIFTED ms\tRTT ms\tLOSS % [95 %]\tPROBES\tJITTER ms\tAGE ms", func(tw io.Writer) {
 		for _, l := range ls {
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%.2f\t%.2f\t%.2f\t%.1f\t%.2f\t%.0f\n", l.From, l.To, l.Up, l.OneWayMs, l.ShiftedMs, l.RTTMs, l.LossPct, l.JitterMs, l.AgeMs)
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%.2f\t%.2f\t%.2f\t%.2f [%.2f, %.2f]\t%d\t%.2f\t%.0f\n", l.From, l.To, l.Up, l.OneWayMs, l.ShiftedMs, l.RTTMs,
+				l.LossPct, l.LossLowPct, l.LossHighPct, l.LossSamples, l.JitterMs, l.AgeMs)
 		}
 	})
 }

@@ -60,8 +60,12 @@ type LinkView struct {
 	// depending on the pair's unknown asymmetry.
 	OneWayEstimate time.Duration
 	RTT            time.Duration
-	Loss           float64
-	Jitter         time.Duration
+	// Loss is the link's loss (its origin's outgoing direction) with its
+	// interval; ReturnLoss, for this site's own links only, is the loss
+	// of the replies that come back over the reverse direction.
+	Loss       routing.Loss
+	ReturnLoss routing.Loss
+	Jitter     time.Duration
 	// Age is the age of the report carrying this link (local clock).
 	Age time.Duration
 }
@@ -74,10 +78,13 @@ func (n *Node) Links(now time.Time) []LinkView {
 		o, _ := n.db.Origin(id)
 		for _, l := range o.Links {
 			v := LinkView{From: n.NameOf(l.From), To: n.NameOf(l.To), FromID: l.From, ToID: l.To, Up: l.Up,
-				Delay: l.Delay, OneWayEstimate: l.RTT / 2, RTT: l.RTT, Loss: l.Loss, Jitter: l.Jitter,
+				Delay: l.Delay, OneWayEstimate: l.RTT / 2, RTT: l.RTT, Loss: n.lossEstimate(l), Jitter: l.Jitter,
 				Age: now.Sub(o.Received)}
 			if m := n.members[l.To]; id == n.self && m != nil {
-				v.MeanDelay = m.link.Stats(now).MeanDelay
+				s := m.link.Stats(now)
+				v.MeanDelay = s.MeanDelay
+				r := s.ReturnLoss
+				v.ReturnLoss = routing.Loss{Rate: r.Rate, Low: r.Low, High: r.High, Samples: r.Samples}
 			}
 			out = append(out, v)
 		}
