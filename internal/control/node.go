@@ -229,7 +229,7 @@ func (n *Node) refreshNeeded(now time.Time) bool {
 			continue
 		}
 		lr := m.link.LastReply()
-		if fired(m.lastHeard.Add(n.timers.down)) || (!lr.IsZero() && (fired(lr.Add(n.timers.down)) ||
+		if fired(m.lastHeard.Add(n.timers.down)) || (!lr.IsZero() && (fired(lr.Add(m.link.DownAfter())) ||
 			(n.timers.suspect > 0 && fired(lr.Add(n.timers.suspect))))) {
 			return true
 		}
@@ -309,7 +309,7 @@ func (n *Node) computeDeadline() time.Time {
 		if m.state == StateAlive {
 			earlier(m.lastHeard.Add(n.timers.down))
 			if lr := m.link.LastReply(); !lr.IsZero() {
-				earlier(lr.Add(n.timers.down))
+				earlier(lr.Add(m.link.DownAfter()))
 				if n.timers.suspect > 0 {
 					earlier(lr.Add(n.timers.suspect))
 				}

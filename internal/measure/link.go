@@ -2,6 +2,7 @@ package measure
 
 import (
 	"errors"
+	"math"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/wire"
@@ -10,7 +11,9 @@ import (
 // Config tunes the measurement of a link.
 type Config struct {
 	// DownAfter declares a link down when no reply has arrived for this
-	// long.
+	// long: BaseMisses probe intervals. A lossy link is given more, so
+	// that a run of lost probes that its loss makes likely is not taken
+	// for an outage (see Link.DownAfter).
 	DownAfter time.Duration
 	// Loss tunes the loss estimate of each direction.
 	Loss   LossConfig
@@ -22,6 +25,16 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{DownAfter: 500 * time.Millisecond, Loss: DefaultLossConfig(), Filter: DefaultFilterConfig()}
 }
+
+// BaseMisses is the number of probe intervals that Config.DownAfter is
+// taken to be.
+const BaseMisses = 5
+
+// falseDown is the probability, per probe, with which a link that loses
+// probes or replies at its measured rate may be declared down by a run of
+// losses alone: at ten probes a second on 380 links, about one false
+// outage a month.
+const falseDown = 1e-9
 
 // Errors returned by Link.OnReply.
 var (
@@ -54,6 +67,8 @@ type Link struct {
 	out, back *LossWindow
 	// ref is the newest reply that loss has been counted up to.
 	ref lossRef
+	// downAfter is DownAfter stretched for the link's loss.
+	downAfter time.Duration
 }
 
 // lossRef is the point up to which a link's losses are counted: the
@@ -69,7 +84,7 @@ type lossRef struct {
 // NewLink returns a link with no samples; it is down until a reply arrives.
 func NewLink(cfg Config) *Link {
 	return &Link{cfg: cfg, delay: NewFilter(cfg.Filter), rtt: NewFilter(cfg.Filter),
-		out: NewLossWindow(cfg.Loss), back: NewLossWindow(cfg.Loss)}
+		out: NewLossWindow(cfg.Loss), back: NewLossWindow(cfg.Loss), downAfter: cfg.DownAfter}
 }
 
 // Reset forgets all samples, as when the peer restarted.
@@ -81,6 +96,7 @@ func (l *Link) Reset() {
 	l.out.Reset()
 	l.back.Reset()
 	l.ref = lossRef{}
+	l.downAfter = l.cfg.DownAfter
 }
 
 // Probe records a probe sent at now and returns its sequence number and
@@ -120,6 +136,7 @@ func (l *Link) OnReply(now time.Time, r *wire.ProbeReply) error {
 	l.delay.Add(now, time.Duration(r.ProbeRecvTime-r.ProbeSendTime))
 	l.rtt.Add(now, rtt)
 	l.countLoss(now, r)
+	l.stretchDownAfter(now)
 	l.lastReply = now
 	l.replies++
 	return nil
@@ -140,7 +157,7 @@ func (l *Link) countLoss(now time.Time, r *wire.ProbeReply) {
 		return // an older probe's reply: counted when the next newer one comes
 	}
 	l.ref = next
-	if !ref.valid || l.lastReply.IsZero() || now.Sub(l.lastReply) > l.cfg.DownAfter {
+	if !ref.valid || l.lastReply.IsZero() || now.Sub(l.lastReply) > l.downAfter {
 		return
 	}
 	sent := int64(r.Seq - ref.seq)
@@ -161,12 +178,34 @@ func (l *Link) countLoss(now time.Time, r *wire.ProbeReply) {
 
 // Up reports whether a reply arrived within DownAfter.
 func (l *Link) Up(now time.Time) bool {
-	return !l.lastReply.IsZero() && now.Sub(l.lastReply) < l.cfg.DownAfter
+	return !l.lastReply.IsZero() && now.Sub(l.lastReply) < l.downAfter
+}
+
+// DownAfter returns how long the link may go without a reply before it is
+// down: Config.DownAfter (BaseMisses probe intervals), or more on a link
+// whose measured round-trip loss p makes a run of BaseMisses losses
+// likelier than falseDown: then as many intervals k as make p^k smaller
+// than falseDown (6 at 2 %, 9 at 10 %).
+func (l *Link) DownAfter() time.Duration { return l.downAfter }
+
+// stretchDownAfter recomputes DownAfter from the loss estimates at now.
+func (l *Link) stretchDownAfter(now time.Time) {
+	out, back := l.Loss(now)
+	p := 1 - (1-out.Rate)*(1-back.Rate)
+	l.downAfter = l.cfg.DownAfter
+	if p <= 0 || p >= 1 {
+		return
+	}
+	k := math.Ceil(math.Log(falseDown) / math.Log(p))
+	if k > BaseMisses {
+		l.downAfter = time.Duration(float64(l.cfg.DownAfter) * min(k, 4*BaseMisses) / BaseMisses)
+	}
 }
 
 // SetDownAfter changes the time without a reply after which the link is
-// down (the control plane scales it with the probe interval).
-func (l *Link) SetDownAfter(d time.Duration) { l.cfg.DownAfter = d }
+// down (the control plane scales it with the probe interval); the
+// stretch for loss is applied again at the next reply.
+func (l *Link) SetDownAfter(d time.Duration) { l.cfg.DownAfter, l.downAfter = d, d }
 
 // LastReply returns when the last valid reply arrived (zero if none).
 func (l *Link) LastReply() time.Time { return l.lastReply }

@@ -208,3 +208,25 @@ func TestLinkLossWithoutCounts(t *testing.T) {
 		t.Errorf("outgoing %+v, return %+v; want 25 %% outgoing, nothing known of the return", out, back)
 	}
 }
+
+// A lossy link may miss more replies before it is down: at 2 % round-trip
+// loss a run of five losses is likelier than one in a billion, so it gets
+// six probe intervals; a clean link keeps five.
+func TestLinkDownAfterStretchesForLoss(t *testing.T) {
+	clean := &peerLink{l: NewLink(DefaultConfig()), now: t0}
+	lossy := &peerLink{l: NewLink(DefaultConfig()), now: t0}
+	for i := range 3000 {
+		clean.probe(false, false)
+		lossy.probe(i%100 == 7, i%100 == 57) // 1 % each way
+	}
+	if d := clean.l.DownAfter(); d != 500*time.Millisecond {
+		t.Errorf("clean link down after %v, want 500ms", d)
+	}
+	if d := lossy.l.DownAfter(); d != 600*time.Millisecond {
+		t.Errorf("link losing 2 %% of round trips down after %v, want 600ms", d)
+	}
+	last := lossy.l.LastReply()
+	if !lossy.l.Up(last.Add(550*time.Millisecond)) || lossy.l.Up(last.Add(600*time.Millisecond)) {
+		t.Error("the lossy link is not up 550 ms after its last reply, or still up at 600 ms")
+	}
+}
