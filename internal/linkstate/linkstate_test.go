@@ -84,3 +84,40 @@ func TestOriginatorSendsSignificantChangesOnly(t *testing.T) {
 		t.Fatalf("seq %d", o.Seq())
 	}
 }
+
+// msgUp is a report of origin 1 with its link to 2 up or down.
+func msgUp(seq uint32, up bool) *wire.LinkState {
+	m := msg(1, seq, time.Millisecond)
+	if !up {
+		m.Entries[0].Flags = 0
+	}
+	return m
+}
+
+// A link keeps the time it came up across reports; one that comes back up
+// within FlapWindow of going down is flapping, one that comes back later
+// is not.
+func TestUpSinceAndFlapping(t *testing.T) {
+	db := NewDB(time.Hour)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	db.Apply(at(0), msgUp(1, true))
+	db.Apply(at(5), msgUp(2, true))
+	if l, _ := db.Link(1, 2); !l.UpSince.Equal(at(0)) || l.Flapping {
+		t.Fatalf("after two reports: up since %v, flapping %v; want since %v, not flapping", l.UpSince, l.Flapping, at(0))
+	}
+	db.Apply(at(10), msgUp(3, false))
+	db.Apply(at(20), msgUp(4, true))
+	if l, _ := db.Link(1, 2); !l.UpSince.Equal(at(20)) || !l.Flapping {
+		t.Fatalf("back up 10 s after going down: since %v, flapping %v; want since %v, flapping", l.UpSince, l.Flapping, at(20))
+	}
+	db.Apply(at(30), msgUp(5, false))
+	db.Apply(at(30+61), msgUp(6, true))
+	if l, _ := db.Link(1, 2); !l.UpSince.Equal(at(91)) || l.Flapping {
+		t.Fatalf("back up 61 s after going down: since %v, flapping %v; want since %v, not flapping", l.UpSince, l.Flapping, at(91))
+	}
+	db.DropAt(at(100), 1)
+	db.Apply(at(110), msgUp(7, true))
+	if l, _ := db.Link(1, 2); !l.Flapping {
+		t.Fatal("a link of an origin dropped 10 s ago and back is not flapping")
+	}
+}

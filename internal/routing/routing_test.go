@@ -616,3 +616,46 @@ func TestThresholdUsesTheOneWayLatency(t *testing.T) {
 		t.Errorf("direct one way %v, want half its round trip, 49.5 ms", direct.OneWay)
 	}
 }
+
+// settleMatrix is sites 1, 2, 3 with 1 → 3 direct at direct and 1 → 2 → 3
+// at 10 ms + relayed, the relay's links marked settling or not.
+func settleMatrix(direct, relayed time.Duration, settling bool) *Matrix {
+	m := NewMatrix(ids(3))
+	m.Set(1, 3, Edge{Delay: direct, RTT: 2 * direct})
+	m.Set(1, 2, Edge{Delay: 10 * ms, RTT: 20 * ms, Settling: settling})
+	m.Set(2, 3, Edge{Delay: relayed, RTT: 2 * relayed, Settling: settling})
+	return m
+}
+
+// A route whose candidate path has links still settling (a site just
+// joined) follows the estimates at once and starts no damping; the same
+// changes over links that are not settling (a link that flaps) are held
+// and damped.
+func TestSettlingLinksAreNotDamped(t *testing.T) {
+	for _, settling := range []bool{true, false} {
+		r := NewRouter(DefaultConfig(), 1)
+		addrs := map[wire.SiteID]netip.AddrPort{2: netip.MustParseAddrPort("198.18.0.2:1"), 3: netip.MustParseAddrPort("198.18.0.3:1")}
+		at := func(d time.Duration) time.Time { return t0.Add(d) }
+		direct := NewMatrix(ids(3))
+		direct.Set(1, 3, Edge{Delay: 40 * ms, RTT: 80 * ms})
+		direct.Set(1, 2, Edge{Delay: 10 * ms, RTT: 20 * ms})
+		r.Update(at(0), direct, addrs)
+		r.Update(at(10*time.Second), direct, addrs) // long past the destination's settling
+		// The relay's second link appears: 10 + 5 ms against 40 direct.
+		sw := r.Update(at(11*time.Second), settleMatrix(40*ms, 5*ms, settling), addrs)
+		if settling != (len(sw) == 1) {
+			t.Fatalf("settling %v: switches at once %v", settling, sw)
+		}
+		r.Update(at(11*time.Second+400*ms), settleMatrix(40*ms, 5*ms, settling), addrs)
+		if rt, ok := r.Table().Lookup(3); !ok || len(rt.Path) != 2 {
+			t.Fatalf("settling %v: path to 3 after 400 ms %+v, want via 2", settling, rt)
+		}
+		// The relay's estimate settles 30 ms higher than first read: the
+		// direct path is now better by 5 ms.
+		sw = r.Update(at(12*time.Second), settleMatrix(40*ms, 35*ms, settling), addrs)
+		sw = append(sw, r.Update(at(12*time.Second+400*ms), settleMatrix(40*ms, 35*ms, settling), addrs)...)
+		if moved := len(sw) == 1; moved != settling {
+			t.Errorf("settling %v: the route went back to the direct path within 400 ms: %v; want %v (only a settling link is not damped)", settling, moved, settling)
+		}
+	}
+}

@@ -279,3 +279,38 @@ func TestHalfLossLinkNeverUsed(t *testing.T) {
 		}
 	}
 }
+
+// A site that joins an overlay running for minutes, on a lossy Internet,
+// has every pair to and from it, and through it, within the bound 10 s
+// after it starts, and no route changes afterwards.
+func TestInternetJoinConverges(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 20-site overlay for 80 s")
+	}
+	in := issueInternet(20, 0.005)
+	n := in.build(t, 7)
+	late := n.Sites()[len(n.Sites())-1].Name
+	for _, s := range n.Sites()[:len(n.Sites())-1] {
+		if err := n.Start(s.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.RunFor(40 * time.Second)
+	if err := n.Start(late); err != nil {
+		t.Fatal(err)
+	}
+	first := time.Duration(-1)
+	for el := time.Second; el <= 10*time.Second; el += time.Second {
+		n.RunFor(time.Second)
+		if first < 0 && checkOracleQuiet(n, 3).violations == 0 {
+			first = el
+		}
+	}
+	rep := checkOracle(t, n, 3)
+	before := len(n.Changes)
+	n.RunFor(30 * time.Second)
+	for _, c := range n.Changes[before:] {
+		t.Errorf("route change at +%v after the join: %s→%s %v → %v", c.At.Sub(Start), c.Site, n.nameOf(c.Dest), n.names(c.From), n.names(c.To))
+	}
+	t.Logf("%s joined: every pair within the bound %v after it started; %d outside at 10 s", late, first, rep.violations)
+}
