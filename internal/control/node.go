@@ -45,7 +45,8 @@
 // dropped) or declared down (the route switches at once).
 //
 // Every message is built by the build* functions in messages.go and leaves
-// through Node.emit, the single place a later encryption layer wraps.
+// through Node.emit into the outbox; the I/O shell (package agent) seals
+// what it takes from the outbox when the overlay is encrypted.
 package control
 
 import (

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -30,18 +31,8 @@ func (n *Node) Members() []MemberView {
 		out = append(out, MemberView{Name: m.name, ID: m.id, Addr: m.addr, State: m.state.String(), Since: m.since,
 			LastHeard: m.lastHeard, Incarnation: m.inc})
 	}
-	slices.SortFunc(out, func(a, b MemberView) int { return cmpString(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b MemberView) int { return cmp.Compare(a.Name, b.Name) })
 	return out
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // LinkView is one directed link of the matrix.
@@ -90,10 +81,10 @@ func (n *Node) Links(now time.Time) []LinkView {
 		}
 	}
 	slices.SortFunc(out, func(a, b LinkView) int {
-		if c := cmpString(a.From, b.From); c != 0 {
+		if c := cmp.Compare(a.From, b.From); c != 0 {
 			return c
 		}
-		return cmpString(a.To, b.To)
+		return cmp.Compare(a.To, b.To)
 	})
 	return out
 }

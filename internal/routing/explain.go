@@ -131,7 +131,7 @@ func (r *Router) candidates(m *Matrix, dst wire.SiteID, chosen, best []wire.Site
 		}
 		out = append(out, c)
 	}
-	slices.SortStableFunc(out, func(a, b Candidate) int { return cmpDur(a.Cost, b.Cost) })
+	slices.SortStableFunc(out, func(a, b Candidate) int { return cmp.Compare(a.Cost, b.Cost) })
 	return out
 }
 
@@ -146,16 +146,6 @@ func (r *Router) linkCosts(m *Matrix, p []wire.SiteID) []LinkCost {
 		prev = hop
 	}
 	return out
-}
-
-func cmpDur(a, b time.Duration) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // reason phrases the decision.
@@ -236,7 +226,7 @@ func TIVs(m *Matrix, w Weights, maxHops int) []TIV {
 		}
 	}
 	slices.SortFunc(out, func(a, b TIV) int {
-		if c := cmpDur(b.Saving, a.Saving); c != 0 {
+		if c := cmp.Compare(b.Saving, a.Saving); c != 0 {
 			return c
 		}
 		if c := cmp.Compare(a.From, b.From); c != 0 {

@@ -3,6 +3,7 @@ package routing
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"slices"
@@ -19,13 +20,10 @@ type Config struct {
 	// is better by at least max(MinGain, GainFraction × its one-way
 	// latency) (Metrics.OneWay: half the round trips, or less where the
 	// direct link's round trip and the offset-free path difference say
-	// so). The oracle check's bound is max(0.5 ms, 2 %);
-	// switching at 1.5 % keeps a kept path inside it although the
-	// estimates err by a few tenths of a millisecond per path (each
-	// measured link reads 0.1-0.15 ms high on a loaded gateway, so a path
-	// of three links looks up to 0.3 ms worse than it is: at 1.8 %, a
-	// 72 ms pair of azure-54 stayed direct for a true gain of 1.50 ms,
-	// estimated 1.20, against a 1.44 ms bound).
+	// so). It sits below the oracle check's bound of max(0.5 ms, 2 %),
+	// so that a kept path stays inside that bound although the estimates
+	// of a path of several links err by a few tenths of a millisecond
+	// (docs/routing.md).
 	MinGain      time.Duration
 	GainFraction float64
 	// Hold is how long a better path must stay better before the switch.
@@ -275,21 +273,21 @@ func (r *Router) Update(now time.Time, m *Matrix, addrs map[wire.SiteID]netip.Ad
 		if id == r.self || !ok {
 			continue
 		}
-		if s, ok := r.select1(now, m, id, bp); ok {
+		if s, ok := r.selectRoute(now, m, id, bp); ok {
 			switches = append(switches, s)
 		}
 		r.setBackup(m, id)
 	}
-	if !maps2Equal(r.addrs, addrs) {
-		r.addrs = clone(addrs)
+	if !maps.Equal(r.addrs, addrs) {
+		r.addrs = maps.Clone(addrs)
 		r.dirty = true
 	}
 	r.publish(now, m)
 	return switches
 }
 
-// select1 runs the selection for one destination with best path bp.
-func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.SiteID) (Switch, bool) {
+// selectRoute runs the selection for one destination with best path bp.
+func (r *Router) selectRoute(now time.Time, m *Matrix, id wire.SiteID, bp []wire.SiteID) (Switch, bool) {
 	d := r.dests[id]
 	if d == nil {
 		d = &dest{firstSeen: now}
@@ -303,7 +301,7 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 	if pin, ok := r.pins[id]; ok {
 		if _, ok := m.Measure(r.cfg.Weights, r.self, pin); ok {
 			if !d.pinned || !slices.Equal(d.path, pin) {
-				return r.install(now, d, pin, true, "pinned by operator", false), true
+				return r.install(now, d, pin, installPin, "pinned by operator"), true
 			}
 			return Switch{}, false
 		}
@@ -311,20 +309,20 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 	bm, _ := m.Measure(r.cfg.Weights, r.self, bp)
 	if d.path == nil {
 		if _, ok := r.directTie(m, id, bp, bm); ok {
-			return r.install(now, d, []wire.SiteID{id}, false, "first route (the best relay gains less than half the threshold)", false), true
+			return r.install(now, d, []wire.SiteID{id}, installUndamped, "first route (the best relay gains less than half the threshold)"), true
 		}
-		return r.install(now, d, bp, false, "first route", false), true
+		return r.install(now, d, bp, installUndamped, "first route"), true
 	}
 	cm, ok := r.usable(m, d.path)
 	if !ok || d.pinned {
 		// An operator's pin coming or going is not a flap: it starts
 		// no damping interval, so the best path is followed at once
 		// after an unpin even if the estimates are still catching up.
-		reason, damp := "current path died", true
+		reason, kind := "current path died", installDamped
 		if d.pinned {
-			reason, damp = "pin removed or pinned path down", false
+			reason, kind = "pin removed or pinned path down", installUndamped
 		}
-		return r.install(now, d, bp, false, reason, damp), true
+		return r.install(now, d, bp, kind, reason), true
 	}
 	if slices.Equal(d.path, bp) {
 		d.pendingSince = time.Time{}
@@ -336,7 +334,7 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 		// not a tie: changing between paths a few microseconds apart
 		// gains nothing and may reorder packets.
 		if gain >= r.threshold(bm) {
-			return r.install(now, d, bp, false, fmt.Sprintf("settling: better by %v", gain), false), true
+			return r.install(now, d, bp, installUndamped, fmt.Sprintf("settling: better by %v", gain)), true
 		}
 		return r.preferDirect(now, m, d, id, cm)
 	}
@@ -358,7 +356,7 @@ func (r *Router) select1(now time.Time, m *Matrix, id wire.SiteID, bp []wire.Sit
 	if r.damped(now, d) {
 		return Switch{}, false
 	}
-	return r.install(now, d, bp, false, fmt.Sprintf("better by %v for %v", gain.Round(time.Microsecond), now.Sub(d.pendingSince)), true), true
+	return r.install(now, d, bp, installDamped, fmt.Sprintf("better by %v for %v", gain.Round(time.Microsecond), now.Sub(d.pendingSince))), true
 }
 
 // directTie reports whether the relayed path p (metrics pm) to dst gains
@@ -393,7 +391,7 @@ func (r *Router) preferDirect(now time.Time, m *Matrix, d *dest, dst wire.SiteID
 		return Switch{}, false
 	}
 	if r.settling(now, m, d, []wire.SiteID{dst}) {
-		return r.install(now, d, []wire.SiteID{dst}, false, fmt.Sprintf("settling: the relay gains only %v over the direct path", adv.Round(time.Microsecond)), false), true
+		return r.install(now, d, []wire.SiteID{dst}, installUndamped, fmt.Sprintf("settling: the relay gains only %v over the direct path", adv.Round(time.Microsecond))), true
 	}
 	if d.directSince.IsZero() {
 		d.directSince = now
@@ -402,7 +400,7 @@ func (r *Router) preferDirect(now time.Time, m *Matrix, d *dest, dst wire.SiteID
 		return Switch{}, false
 	}
 	reason := fmt.Sprintf("the relay gained only %v over the direct path for %v", adv.Round(time.Microsecond), now.Sub(d.directSince).Round(time.Millisecond))
-	return r.install(now, d, []wire.SiteID{dst}, false, reason, true), true
+	return r.install(now, d, []wire.SiteID{dst}, installDamped, reason), true
 }
 
 // settling reports whether the route of d is still settling at now: its
@@ -435,9 +433,22 @@ func (r *Router) damped(now time.Time, d *dest) bool {
 	return r.cfg.MinSwitchInterval > 0 && !d.lastSwitch.IsZero() && now.Sub(d.lastSwitch) < r.cfg.MinSwitchInterval
 }
 
-// install makes p the path of d. damp starts the flap-damping interval:
-// false for first routes and settling, whose switches are not flaps.
-func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, pinned bool, reason string, damp bool) Switch {
+// installKind says how a path is installed.
+type installKind int
+
+const (
+	// installDamped starts the flap-damping interval: an unforced
+	// switch, or one away from a path that died.
+	installDamped installKind = iota
+	// installUndamped starts none: first routes, settling, and an
+	// operator's pin going away, none of which is a flap.
+	installUndamped
+	// installPin installs an operator's pin, undamped.
+	installPin
+)
+
+// install makes p the path of d, as kind says.
+func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, kind installKind, reason string) Switch {
 	s := Switch{At: now, From: d.path, To: slices.Clone(p), Reason: reason}
 	d.prevPath, d.prevDelay = nil, 0
 	if d.path != nil {
@@ -455,12 +466,12 @@ func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, pinned bool, r
 			d.leftPath = d.path
 		}
 	}
-	d.path, d.pinned, d.since = s.To, pinned, now
+	d.path, d.pinned, d.since = s.To, kind == installPin, now
 	d.bestCost = time.Duration(math.MaxInt64)
 	if nm, ok := r.matrix.Measure(r.cfg.Weights, r.self, d.path); ok {
 		d.bestCost = nm.Cost
 	}
-	if damp {
+	if kind == installDamped {
 		d.lastSwitch = now
 	}
 	d.pendingSince, d.directSince = time.Time{}, time.Time{}
@@ -498,24 +509,4 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-func maps2Equal(a, b map[wire.SiteID]netip.AddrPort) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
-func clone(a map[wire.SiteID]netip.AddrPort) map[wire.SiteID]netip.AddrPort {
-	out := make(map[wire.SiteID]netip.AddrPort, len(a))
-	for k, v := range a {
-		out[k] = v
-	}
-	return out
 }
