@@ -786,6 +786,8 @@ func (o *overlay) checkRogues(t *testing.T) {
 		}
 		conf += fmt.Sprintf("networks:\n  - {name: default, id: 1, tap: %s, mtu: 1400, queue_len: 2048}\n", r.tap)
 		file := filepath.Join(t.TempDir(), fmt.Sprintf("rogue%d.yaml", k))
+		// Seoul's own agent has the namespace's default socket.
+		conf += fmt.Sprintf("api_socket: %s\n", strings.TrimSuffix(file, ".yaml")+".sock")
 		os.WriteFile(file, []byte(conf), 0o600)
 		logf, _ := os.Create(file + ".log")
 		cmd := exec.Command("ip", "netns", "exec", seoulGW, o.bin, "agent", "--config", file)

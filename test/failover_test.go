@@ -365,13 +365,13 @@ func ctrDelta(a, b map[string]uint64, names ...string) map[string]uint64 {
 
 // pin pins site's path to dest through via (nil: direct).
 func (o *overlay) pin(t *testing.T, site, dest string, via ...string) {
-	if err := o.api[o.idx(site)].Post("/v1/pins", api.Pin{Dest: dest, Via: via}, nil); err != nil {
+	if err := o.ctl[o.idx(site)].Post("/v1/pins", api.Pin{Dest: dest, Via: via}, nil); err != nil {
 		t.Fatalf("pin %s -> %s via %v: %v", site, dest, via, err)
 	}
 }
 
 func (o *overlay) unpin(t *testing.T, site, dest string) {
-	if err := o.api[o.idx(site)].Delete("/v1/pins/"+api.PathEscape(dest), nil); err != nil {
+	if err := o.ctl[o.idx(site)].Delete("/v1/pins/"+api.PathEscape(dest), nil); err != nil {
 		t.Fatalf("unpin %s -> %s: %v", site, dest, err)
 	}
 }

@@ -25,7 +25,7 @@ import (
 const suiteLock = "/run/detour/netns-tests.lock"
 
 // suitePrefixes are the namespace prefixes the suite's tests use.
-var suitePrefixes = []string{tbPrefix, ovPrefix, edPrefix, experimentPrefix}
+var suitePrefixes = []string{tbPrefix, ovPrefix, edPrefix, experimentPrefix, apPrefix}
 
 func TestMain(m *testing.M) {
 	unlock, err := lockSuite()
@@ -73,6 +73,7 @@ func sweep() {
 			fmt.Fprintf(os.Stderr, "netns tests: took down the testbed left in %s\n", dir)
 		}
 	}
+	sweepAPIUsers()
 	out, _ := exec.Command("ip", "netns", "list").Output()
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)

@@ -98,10 +98,12 @@ func agentClient(t *testing.T, ns string) *api.Client {
 	return c
 }
 
-// overlay is a testbed with an API client per site.
+// overlay is a testbed with API clients per site: api reads the views on
+// the agent's TCP address, ctl makes changes through its unix socket.
 type overlay struct {
 	*bed
 	api []*api.Client
+	ctl []*api.Client
 }
 
 // ovPrefix names the namespaces of the overlay tests: other tests of this
@@ -122,6 +124,7 @@ func withAgents(t *testing.T, b *bed) *overlay {
 	o := &overlay{bed: b}
 	for _, s := range o.st.Sites {
 		o.api = append(o.api, agentClient(t, s.Gateway))
+		o.ctl = append(o.ctl, api.NewSocketClient(api.NetnsSocket(s.Gateway)))
 	}
 	return o
 }

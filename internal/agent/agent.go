@@ -10,8 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"slices"
@@ -237,13 +235,11 @@ func (a *Agent) onControl(from netip.AddrPort, pkt []byte, rx time.Time) {
 // cleanly and releases everything.
 func (a *Agent) Run(ctx context.Context) error {
 	a.started = time.Now()
-	ln, err := net.Listen("tcp", a.cfg.API)
+	closeAPI, err := a.serveAPI()
 	if err != nil {
 		a.closeAll()
-		return fmt.Errorf("api: %w", err)
+		return err
 	}
-	srv := &http.Server{Handler: a.apiHandler(), ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
 
 	engineDone := make(chan error, 1)
 	go func() { engineDone <- a.engine.Run() }()
@@ -252,7 +248,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.controlLoop(ctx)
 
 	a.leave()
-	srv.Close()
+	closeAPI()
 	a.closeAll()
 	if err := <-engineDone; err != nil && !errors.Is(err, transport.ErrClosed) {
 		return err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func startAgents(t *testing.T, nw *transport.FakeNetwork, encrypt bool, names ..
 	addr := func(i int) string { return fmt.Sprintf("198.18.0.%d:4800", i+1) }
 	var sites []*testSite
 	for i, name := range names {
-		cfg := &config.Agent{Site: name, Listen: addr(i), API: "127.0.0.1:0"}
+		cfg := &config.Agent{Site: name, Listen: addr(i), API: "127.0.0.1:0", APISocket: filepath.Join(t.TempDir(), "api.sock")}
 		if encrypt {
 			cfg.PrivateKey = privs[i].String()
 		}

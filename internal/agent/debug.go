@@ -4,15 +4,12 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-
-	"github.com/detour-overlay/detour/internal/api"
 )
 
-// apiHandler is the API's handler, with Go's profiler under /debug/pprof/
-// when DETOUR_PPROF=1 is in the environment (for profiling a running
+// withProfiler adds Go's profiler under /debug/pprof/ to the read-only
+// views when DETOUR_PPROF=1 is in the environment (for profiling a running
 // agent: `go tool pprof http://127.0.0.1:7447/debug/pprof/profile`).
-func (a *Agent) apiHandler() http.Handler {
-	h := api.NewHandler(a, a.registry)
+func withProfiler(h http.Handler) http.Handler {
 	if os.Getenv("DETOUR_PPROF") != "1" {
 		return h
 	}

@@ -2,27 +2,40 @@
 // contract between the agent and the CLI), the server that serves them with
 // the Prometheus metrics, and the client the CLI uses.
 //
-// Endpoints (all JSON):
+// The API is served twice. The agent's TCP address (api:, 127.0.0.1:7447
+// by default) serves only the read-only views (GET and HEAD): it answers
+// 405 to any other method, 403 to a Host header that is not its own
+// address or localhost (DNS rebinding), 401 without the bearer token when
+// it has one (required off loopback), and sends no CORS headers. The
+// agent's unix socket (api_socket:, see LocalSocket) serves everything,
+// changes included, to root and the members of group detour: the file's
+// mode lets only them connect, and each caller's credentials are checked
+// again (SO_PEERCRED) and logged with each change. Changes with a body
+// must send it as Content-Type: application/json (415 otherwise).
 //
-//	GET    /v1/status                 Status
-//	GET    /v1/links                  []Link: the measured matrix
-//	GET    /v1/routes                 []Route: the path to every site
-//	GET    /v1/tivs                   []TIV: pairs where a detour beats the direct path
-//	GET    /v1/why/{site}             Why: the candidates for one destination
-//	GET    /v1/fdb                    []FDBEntry
-//	POST   /v1/pins                   Pin: force a path to a destination
-//	DELETE /v1/pins/{site}            remove a pin
-//	POST   /v1/forbidden/{site}       never use site as a relay
-//	DELETE /v1/forbidden/{site}       allow it again
-//	GET    /v1/networks               []Network: the networks this site carries
-//	POST   /v1/networks               Network: attach a network at run time
-//	DELETE /v1/networks/{name}        detach it
-//	PUT    /v1/networks/{name}/limits Limits: change its rates
-//	PUT    /v1/egress                 Egress: the site's total egress capacity
-//	GET    /metrics                   Prometheus text format
+// Endpoints (all JSON; those marked * on the unix socket only):
+//
+//	 GET    /v1/status                 Status
+//	 GET    /v1/links                  []Link: the measured matrix
+//	 GET    /v1/routes                 []Route: the path to every site
+//	 GET    /v1/tivs                   []TIV: pairs where a detour beats the direct path
+//	 GET    /v1/why/{site}             Why: the candidates for one destination
+//	 GET    /v1/fdb                    []FDBEntry
+//	*POST   /v1/pins                   Pin: force a path to a destination
+//	*DELETE /v1/pins/{site}            remove a pin
+//	*POST   /v1/forbidden/{site}       never use site as a relay
+//	*DELETE /v1/forbidden/{site}       allow it again
+//	 GET    /v1/networks               []Network: the networks this site carries
+//	*POST   /v1/networks               Network: attach a network at run time
+//	*DELETE /v1/networks/{name}        detach it
+//	*PUT    /v1/networks/{name}/limits Limits: change its rates
+//	*PUT    /v1/egress                 Egress: the site's total egress capacity
+//	 GET    /metrics                   Prometheus text format
 //
 // Errors are returned as {"error": "..."} with a 4xx or 5xx status.
 package api
+
+import "time"
 
 // Status describes the agent and its view of the overlay.
 type Status struct {
@@ -42,6 +55,18 @@ type Status struct {
 	Pins            []Pin             `json:"pins"`
 	Forbidden       []string          `json:"forbidden_relays"`
 	Counters        map[string]uint64 `json:"counters"`
+	// LastChange is the last change made through the API since the agent
+	// started; nil for none.
+	LastChange *Change `json:"last_change,omitempty"`
+}
+
+// Change is a change made through the API: what, by whom, when.
+type Change struct {
+	What string    `json:"what"`
+	UID  uint32    `json:"uid"`
+	User string    `json:"user"`
+	PID  int32     `json:"pid"`
+	At   time.Time `json:"at"`
 }
 
 // Member is a site of the overlay as this agent sees it.

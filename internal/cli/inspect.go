@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/detour-overlay/detour/internal/api"
 	"github.com/detour-overlay/detour/internal/config"
@@ -33,24 +35,60 @@ func init() {
 	Register(Command{Name: "route", Summary: "operator overrides: route pin|unpin|forbid|allow", Run: runRoute})
 }
 
-// apiFlags declares the flags every API command takes.
-func apiFlags(name string, stderr io.Writer) (*flag.FlagSet, *string, *bool) {
+// apiFlags declares the flags every command that reads the API takes.
+// The client it returns, once the flags are parsed, reads the agent's
+// TCP address (--api) with the token of --token-file, if any.
+func apiFlags(name string, stderr io.Writer) (*flag.FlagSet, func() (*api.Client, error), *bool) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("api", config.DefaultAPI, "the agent's API address")
+	addr := fs.String("api", config.DefaultAPI, "the agent's API address (read-only views)")
+	tokenFile := fs.String("token-file", "", "a file with the API's bearer token (the agent's api_token_file), needed off loopback")
 	asJSON := fs.Bool("json", false, "print the API's JSON")
-	return fs, addr, asJSON
+	client := func() (*api.Client, error) {
+		c := api.NewClient(*addr)
+		if *tokenFile != "" {
+			b, err := os.ReadFile(*tokenFile)
+			if err != nil {
+				return nil, err
+			}
+			c.Token = strings.TrimSpace(string(b))
+		}
+		return c, nil
+	}
+	return fs, client, asJSON
+}
+
+// socketFlag declares --socket, the agent's unix socket through which
+// changes are made. The client it returns uses, in this order, --socket,
+// $DETOUR_SOCKET, or the socket of this network namespace's agent
+// (api.LocalSocket).
+func socketFlag(fs *flag.FlagSet) func() *api.Client {
+	path := fs.String("socket", "", "the agent's unix socket, for changes (default $"+api.SocketEnv+", or "+api.DefaultSocket+"; in network namespace NS "+api.NetnsSocket("NS")+")")
+	return func() *api.Client {
+		p := *path
+		if p == "" {
+			p = os.Getenv(api.SocketEnv)
+		}
+		if p == "" {
+			p = api.LocalSocket()
+		}
+		return api.NewSocketClient(p)
+	}
 }
 
 func inspect(name, path string, print func(io.Writer, []byte) error, args []string, stdout, stderr io.Writer) int {
-	fs, addr, asJSON := apiFlags(name, stderr)
+	fs, client, asJSON := apiFlags(name, stderr)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() > 0 {
 		return Fail(stderr, name, fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0)))
 	}
-	return show(name, api.NewClient(*addr), path, *asJSON, print, stdout, stderr)
+	c, err := client()
+	if err != nil {
+		return Fail(stderr, name, err)
+	}
+	return show(name, c, path, *asJSON, print, stdout, stderr)
 }
 
 func show(name string, c *api.Client, path string, asJSON bool, print func(io.Writer, []byte) error, stdout, stderr io.Writer) int {
@@ -69,23 +107,29 @@ func show(name string, c *api.Client, path string, asJSON bool, print func(io.Wr
 }
 
 func runWhy(args []string, stdout, stderr io.Writer) int {
-	fs, addr, asJSON := apiFlags("why", stderr)
+	fs, client, asJSON := apiFlags("why", stderr)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() != 1 {
 		return Fail(stderr, "why", fmt.Errorf("%w: detour why SITE", ErrUsage))
 	}
-	return show("why", api.NewClient(*addr), "/v1/why/"+api.PathEscape(fs.Arg(0)), *asJSON, printWhy, stdout, stderr)
+	c, err := client()
+	if err != nil {
+		return Fail(stderr, "why", err)
+	}
+	return show("why", c, "/v1/why/"+api.PathEscape(fs.Arg(0)), *asJSON, printWhy, stdout, stderr)
 }
 
 func runRoute(args []string, stdout, stderr io.Writer) int {
-	fs, addr, _ := apiFlags("route", stderr)
+	fs := flag.NewFlagSet("route", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	client := socketFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	rest := fs.Args()
-	usage := fmt.Errorf("%w: detour route pin DEST [VIA...] | unpin DEST | forbid SITE | allow SITE", ErrUsage)
+	usage := fmt.Errorf("%w: detour route [--socket PATH] pin DEST [VIA...] | unpin DEST | forbid SITE | allow SITE", ErrUsage)
 	if len(rest) < 2 {
 		return Fail(stderr, "route", usage)
 	}
@@ -94,7 +138,7 @@ func runRoute(args []string, stdout, stderr io.Writer) int {
 			return Fail(stderr, "route", fmt.Errorf("%w (options such as %s go before the action)", usage, a))
 		}
 	}
-	c := api.NewClient(*addr)
+	c := client()
 	site := api.PathEscape(rest[1])
 	var err error
 	var out map[string]any
@@ -151,6 +195,11 @@ func printStatus(w io.Writer, raw []byte) error {
 	}
 	if len(s.Forbidden) > 0 {
 		fmt.Fprintf(w, "forbidden relays: %s\n", strings.Join(s.Forbidden, " "))
+	}
+	if c := s.LastChange; c != nil {
+		fmt.Fprintf(w, "last change: %s, by %s (uid %d, pid %d) at %s\n", c.What, c.User, c.UID, c.PID, c.At.Format(time.RFC3339))
+	} else {
+		fmt.Fprintln(w, "last change: none since the agent started")
 	}
 	return nil
 }

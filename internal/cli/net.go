@@ -22,7 +22,10 @@ const netUsage = `usage:
   detour net detach NAME
   detour net limit NAME [--max-rate R] [--min-rate R]    (empty rate: no limit)
   detour net egress RATE                                  (the site's total egress, 0 for none)
-each with --api ADDR (default the local agent); rates like 20mbit, 1gbit`
+list reads the agent's API (--api ADDR, --token-file F); the others change the
+overlay through the agent's unix socket (--socket PATH or $DETOUR_SOCKET;
+default /run/detour/detour.sock, or /run/detour/netns/NS.sock in network
+namespace NS), as root or a member of group detour. Rates like 20mbit, 1gbit`
 
 func runNet(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -34,7 +37,8 @@ func runNet(args []string, stdout, stderr io.Writer) int {
 	default:
 		return Fail(stderr, "net", fmt.Errorf("%w: unknown subcommand %q\n%s", ErrUsage, sub, netUsage))
 	}
-	fs, addr, asJSON := apiFlags("net "+sub, stderr)
+	fs, reader, asJSON := apiFlags("net "+sub, stderr)
+	changer := socketFlag(fs)
 	id := fs.Uint("id", 0, "the network's identifier, the same on every site")
 	tap := fs.String("tap", "", "the TAP device's name (default: dt- and the name)")
 	bridge := fs.String("bridge", "", "a bridge to attach the TAP device to")
@@ -46,10 +50,15 @@ func runNet(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return Fail(stderr, "net", err)
 	}
-	c := api.NewClient(*addr)
+	if sub == "list" {
+		r, err := reader()
+		if err != nil {
+			return Fail(stderr, "net", err)
+		}
+		return show("net", r, "/v1/networks", *asJSON, printNetworks, stdout, stderr)
+	}
+	c := changer()
 	switch sub {
-	case "list":
-		return show("net", c, "/v1/networks", *asJSON, printNetworks, stdout, stderr)
 	case "create", "attach":
 		n := api.Network{Name: name, ID: uint32(*id), TAP: *tap, Bridge: *bridge, MTU: *mtu, QueueLen: *queueLen, MaxRate: *maxRate, MinRate: *minRate}
 		if sub == "create" {

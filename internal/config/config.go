@@ -67,8 +67,20 @@ type Agent struct {
 	Peers []Peer `yaml:"peers,omitempty"`
 	// Networks are the virtual L2 networks this site joins.
 	Networks []Network `yaml:"networks,omitempty"`
-	// API is the HTTP address of the local JSON API and Prometheus metrics.
+	// API is the TCP address of the read-only views of the local API (the
+	// JSON GETs and the Prometheus metrics). Anywhere but loopback it needs
+	// APITokenFile.
 	API string `yaml:"api,omitempty"`
+	// APISocket is the unix socket through which the overlay is changed
+	// (pins, forbidden relays, networks, rates), open to root and to the
+	// members of group detour. Empty: /run/detour/detour.sock, or, in a
+	// named network namespace NS, /run/detour/netns/NS.sock (see
+	// api.LocalSocket).
+	APISocket string `yaml:"api_socket,omitempty"`
+	// APITokenFile is a file (readable by root only) holding the bearer
+	// token that requests to the API's TCP address must carry. It is
+	// required when API is not a loopback address.
+	APITokenFile string `yaml:"api_token_file,omitempty"`
 	// ProbeInterval is the period of measurement probes on every pair.
 	ProbeInterval time.Duration `yaml:"probe_interval,omitempty"`
 	// MaxProbeRate caps the probes per second this site sends to all
@@ -242,8 +254,8 @@ func (a *Agent) Validate() error {
 	if err := validateNetworks(a.Networks); err != nil {
 		return err
 	}
-	if _, err := netip.ParseAddrPort(a.API); err != nil {
-		return &FieldError{Field: "api", Msg: fmt.Sprintf("%q is not an IP:port address", a.API)}
+	if err := validateAPI(a); err != nil {
+		return err
 	}
 	if a.ProbeInterval < 10*time.Millisecond || a.ProbeInterval > 5*time.Second {
 		return &FieldError{Field: "probe_interval", Msg: fmt.Sprintf("%v is outside 10ms..5s", a.ProbeInterval)}
@@ -259,6 +271,29 @@ func (a *Agent) Validate() error {
 	}
 	if a.MaxHops < 1 || a.MaxHops > maxPath {
 		return &FieldError{Field: "max_hops", Msg: fmt.Sprintf("%d is outside 1..%d", a.MaxHops, maxPath)}
+	}
+	return nil
+}
+
+// maxSocketPath is the longest path a unix socket address holds.
+const maxSocketPath = 107
+
+// validateAPI checks the API's TCP address, socket and token: a TCP
+// address other than loopback is reachable from other machines, so it
+// needs a token.
+func validateAPI(a *Agent) error {
+	ap, err := netip.ParseAddrPort(a.API)
+	if err != nil {
+		return &FieldError{Field: "api", Msg: fmt.Sprintf("%q is not an IP:port address", a.API)}
+	}
+	if !ap.Addr().IsLoopback() && a.APITokenFile == "" {
+		return &FieldError{Field: "api", Msg: fmt.Sprintf("%s is not a loopback address, so the API needs a token: set api_token_file (a file readable by root) or listen on 127.0.0.1", a.API)}
+	}
+	if a.APITokenFile != "" && !strings.HasPrefix(a.APITokenFile, "/") {
+		return &FieldError{Field: "api_token_file", Msg: fmt.Sprintf("%q is not an absolute path", a.APITokenFile)}
+	}
+	if a.APISocket != "" && (!strings.HasPrefix(a.APISocket, "/") || len(a.APISocket) > maxSocketPath) {
+		return &FieldError{Field: "api_socket", Msg: fmt.Sprintf("%q is not an absolute path of at most %d bytes", a.APISocket, maxSocketPath)}
 	}
 	return nil
 }

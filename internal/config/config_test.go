@@ -98,6 +98,11 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"bad rate", "site: a\nlisten: 198.18.0.1:1\negress_rate: fast\n", "not a rate"},
 		{"min over max", "site: a\nlisten: 198.18.0.1:1\negress_rate: 100mbit\nnetworks:\n  - name: n\n    id: 4\n    tap: t0\n    max_rate: 10mbit\n    min_rate: 20mbit\n", "networks[0].min_rate: 20mbit exceeds max_rate 10mbit"},
 		{"guarantees over capacity", "site: a\nlisten: 198.18.0.1:1\negress_rate: 10mbit\nnetworks:\n  - name: n\n    id: 4\n    tap: t0\n    min_rate: 20mbit\n", "line 3: egress_rate: 10mbit is less"},
+		{"api on a public address without token", "site: a\nlisten: 198.18.0.1:1\napi: 198.18.0.1:7447\n", "line 3: api: 198.18.0.1:7447 is not a loopback address, so the API needs a token: set api_token_file"},
+		{"api on the wildcard without token", "site: a\nlisten: 198.18.0.1:1\nprobe_interval: 100ms\napi: 0.0.0.0:7447\n", "line 4: api: 0.0.0.0:7447 is not a loopback address"},
+		{"api on IPv6 without token", "site: a\nlisten: 198.18.0.1:1\napi: '[2001:db8::1]:7447'\n", "line 3: api: [2001:db8::1]:7447 is not a loopback"},
+		{"relative token file", "site: a\nlisten: 198.18.0.1:1\napi: 198.18.0.1:7447\napi_token_file: token\n", `line 4: api_token_file: "token" is not an absolute path`},
+		{"relative socket", "site: a\nlisten: 198.18.0.1:1\napi_socket: detour.sock\n", `line 3: api_socket: "detour.sock" is not an absolute path`},
 		{"bad peer key", "site: a\nlisten: 198.18.0.1:1\nprivate_key: " + privA + "\npeers:\n  - name: b\n    public_key: AAAA\n", "line 6: peers[0].public_key: bad key"},
 	}
 	for _, c := range cases {
@@ -116,6 +121,20 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 				t.Errorf("error %q is not one clean line", err)
 			}
 		})
+	}
+}
+
+func TestAPIAddresses(t *testing.T) {
+	for _, doc := range []string{
+		good,
+		good + "api: '[::1]:7447'\n",
+		good + "api: 127.0.0.2:7447\napi_socket: /run/detour/x.sock\n",
+		good + "api: 198.18.0.1:7447\napi_token_file: /etc/detour/api.token\n",
+		good + "api: 0.0.0.0:7447\napi_token_file: /etc/detour/api.token\n",
+	} {
+		if _, err := Parse([]byte(doc)); err != nil {
+			t.Errorf("%q: %v", doc, err)
+		}
 	}
 }
 

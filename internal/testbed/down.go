@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/detour-overlay/detour/internal/api"
 )
 
 // Down removes the testbed recorded in dir: it stops every process it
@@ -39,6 +41,11 @@ func Down(dir string) error {
 	for _, ns := range append(st.Namespaces(), listNamespaces(st.Prefix)...) {
 		keep(deleteNamespace(ns))
 	}
+	// An agent removes its API socket when it stops; one that was killed
+	// leaves it behind.
+	for _, site := range st.Sites {
+		keep(removeSocket(api.NetnsSocket(site.Gateway)))
+	}
 	for _, f := range []string{trafficPath(dir), socketPath(dir), filepath.Join(dir, "scenario.yaml"), statePath(dir)} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			keep(err)
@@ -62,4 +69,13 @@ func trafficProcs(dir string) []Proc {
 	var procs []Proc
 	json.Unmarshal(b, &procs)
 	return procs
+}
+
+// removeSocket removes a unix socket file, if there is one at path.
+func removeSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode().Type() != os.ModeSocket {
+		return nil
+	}
+	return os.Remove(path)
 }

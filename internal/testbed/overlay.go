@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/detour-overlay/detour/internal/api"
 	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/scenario"
@@ -331,6 +332,10 @@ func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.Priv
 		Site:   site.Name,
 		Listen: fmt.Sprintf("%s:%d", site.Underlay, agentPort),
 		API:    config.DefaultAPI,
+		// Every namespace sees the same file system, so each agent has
+		// its own socket: the one the CLI finds by default in the
+		// gateway's namespace (ip netns exec GW detour route ...).
+		APISocket: api.NetnsSocket(site.Gateway),
 		Networks: []config.Network{{
 			Name: config.DefaultNetworkName, ID: config.DefaultNetworkID,
 			TAP: config.DefaultTAP, Bridge: "br0", MTU: st.HostMTU,
