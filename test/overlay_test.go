@@ -706,7 +706,10 @@ func TestOverlayRerouteSlowLink(t *testing.T) {
 	if _, err := o.waitPath("Inagi", "Seoul", "Seoul", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second) // past the settling period
+	// Past the settling period: a destination's first 3 s, and a link's
+	// first 6 s (its delay window and a second), during which changes
+	// are taken at once and not damped.
+	time.Sleep(7 * time.Second)
 	set := func(delay string) time.Time {
 		t0 := time.Now()
 		if _, e, err := o.run("link", "set", "Inagi", "Seoul", "--delay", delay); err != nil {
