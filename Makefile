@@ -1,6 +1,11 @@
 # detour: the two commands of the README's quick start are `make demo` and
 # `make test`. Both install what they need through scripts/install-deps.sh.
 
+# Go: scripts/install-deps.sh installs a toolchain new enough for go.mod in
+# /usr/local/go when the PATH has none, so that directory comes first on the
+# PATH of every recipe (the scripts call go too). A go on the PATH is used
+# when /usr/local/go does not exist.
+export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin/detour
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
