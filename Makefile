@@ -26,11 +26,19 @@ deps:
 demo: deps build
 	bash scripts/demo.sh
 
+# The recipes use pipefail: go test's status must survive its filter.
+SHELL := /bin/bash
+
+# PROGRESS filters `go test -json`: each test as it passes, the tests still
+# running every 30 s, the whole output of a failed test, and go test's own
+# "ok"/"FAIL" package lines.
+PROGRESS = $(GO) run ./internal/devtools/testprogress
+
 # Unit tests (pure logic, in-process multi-site scenarios) and then the tests
 # that run the real thing in network namespaces (need root).
 test: deps build vet
-	$(GO) test -count=1 ./...
-	DETOUR_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 18m -tags netns ./test/... || \
+	set -o pipefail; $(GO) test -json -count=1 ./... 2>&1 | $(PROGRESS)
+	set -o pipefail; DETOUR_BIN=$(CURDIR)/$(BIN) $(GO) test -json -count=1 -p 1 -timeout 18m -tags netns ./test/... 2>&1 | $(PROGRESS) || \
 		{ DETOUR_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run '^$$' -tags netns ./test/... >/dev/null; exit 1; }
 
 test-unit:
