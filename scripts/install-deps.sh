@@ -12,6 +12,12 @@
 # pinned below and unpacks it to /usr/local/go. The Makefile puts
 # /usr/local/go/bin first on the PATH of its recipes.
 #
+# Plots: matplotlib comes from PyPI (versions pinned in
+# scripts/plot-requirements.txt) into a Python environment in
+# /opt/detour/python, unless the system Python already has it. Debian's
+# python3-matplotlib would bring SciPy, Boost's headers and OpenBLAS, which
+# nothing here uses.
+#
 # Services: the Debian packages of memcached, etcd, tinc and nutcracker
 # enable and start system services; the testbed runs its own instances and
 # needs none of them, so their units are disabled and stopped.
@@ -41,7 +47,7 @@ packages=(
 	etcd-client
 	memcached      # key-value routing
 	nutcracker     # twemproxy baseline
-	python3-matplotlib # plots of experiment results
+	python3-venv   # a Python environment for matplotlib (see install_plotting)
 	procps         # ps, pgrep for diagnostics
 	curl           # the Go toolchain download
 	ca-certificates
@@ -57,6 +63,10 @@ declare -A GO_SHA256=(
 )
 GO_PROXY=https://proxy.golang.org
 GO_ROOT=/usr/local/go
+
+# PLOT_VENV is the Python environment with matplotlib; the plotting scripts
+# run themselves again with its Python when the system's has no matplotlib.
+PLOT_VENV=/opt/detour/python
 
 # tmp is fetch_go's download directory, removed on exit.
 tmp=
@@ -202,6 +212,27 @@ fetch_go() {
 	echo "install-deps.sh: installed Go $(go_version "$GO_ROOT/bin/go") in $GO_ROOT"
 }
 
+# install_plotting makes matplotlib importable for the plotting scripts:
+# the system Python's if it has it, else the environment in PLOT_VENV,
+# created with the pinned versions from PyPI.
+install_plotting() {
+	if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+		echo "install-deps.sh: matplotlib present in /usr/bin/python3"
+		return
+	fi
+	if "$PLOT_VENV/bin/python3" -c 'import matplotlib' 2>/dev/null; then
+		echo "install-deps.sh: matplotlib present in $PLOT_VENV"
+		return
+	fi
+	echo "install-deps.sh: installing matplotlib from PyPI into $PLOT_VENV (scripts/plot-requirements.txt)"
+	rm -rf "$PLOT_VENV"
+	mkdir -p "$(dirname "$PLOT_VENV")"
+	/usr/bin/python3 -m venv "$PLOT_VENV"
+	"$PLOT_VENV/bin/pip" install -q --disable-pip-version-check --no-cache-dir --only-binary=:all: \
+		-r scripts/plot-requirements.txt
+}
+
 install_packages
 disable_services
 install_go
+install_plotting
