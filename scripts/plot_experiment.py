@@ -49,15 +49,18 @@ PHASES = [
     ("b", "CLU-LAN loaded, direct paths"),
     ("c", "CLU-LAN loaded, detour may reroute"),
 ]
-# Latency ticks of the logarithmic axes, in ms.
+# Latency ticks of the logarithmic axes, in ms, and denser ones for an
+# axis spanning less than a factor of 30.
 TICKS = [0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000]
+DENSE_TICKS = [5, 10, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700, 1000, 1500, 2000, 3000, 5000]
 
 
 def log_axis(ax, lo, hi):
     """A logarithmic latency axis from lo to hi ms with plain-number ticks."""
     ax.set_yscale("log")
     ax.set_ylim(lo, hi)
-    ax.yaxis.set_major_locator(FixedLocator([t for t in TICKS if lo <= t <= hi]))
+    ticks = DENSE_TICKS if hi / lo < 30 else TICKS
+    ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if lo <= t <= hi]))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: "%g" % v))
     ax.yaxis.set_minor_locator(NullLocator())
 
@@ -112,13 +115,23 @@ def box_panel(ax, cells, phase, title, yr):
         for pos, v in zip(positions, values):
             s = sorted(v)
             med = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
-            ax.text(pos, max(s) * 1.12, "%.0f" % med if med >= 10 else "%.1f" % med,
-                    ha="center", va="bottom", fontsize=7)
+            q3 = s[min(len(s) - 1, (3 * len(s)) // 4)]
+            ax.text(pos, q3 * 1.15, "%.0f" % med if med >= 10 else "%.1f" % med,
+                    ha="center", va="bottom", fontsize=8, fontweight="bold",
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.8})
         ax.set_xticks(positions)
         ax.set_xticklabels(labels, fontsize=8)
     log_axis(ax, *yr)
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
+
+
+def phase_title(ov, phase, title):
+    """The panel title: phase (c) is a repeat of (b) for an overlay that
+    has no other path to take."""
+    if phase == "c" and ov != "detour":
+        return "CLU-LAN loaded, again (%s has no other path)" % ov
+    return title
 
 
 def plot_boxes(data, overlays, out):
@@ -127,7 +140,7 @@ def plot_boxes(data, overlays, out):
     fig, axes = plt.subplots(len(overlays), 3, figsize=(13, 3.2 * len(overlays) + 0.8), sharey=True, squeeze=False)
     for row, ov in enumerate(overlays):
         for col, (phase, title) in enumerate(PHASES):
-            box_panel(axes[row][col], data[ov], phase, "%s: %s" % (ov, title), yr)
+            box_panel(axes[row][col], data[ov], phase, "%s: %s" % (ov, phase_title(ov, phase, title)), yr)
         axes[row][0].set_ylabel("latency (ms)")
     fig.suptitle("ZooKeeper latency from a client at LAN, leader CLU\n" + note, fontsize=10)
     fig.tight_layout()
@@ -136,7 +149,7 @@ def plot_boxes(data, overlays, out):
     for ov in overlays:
         fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharey=True)
         for col, (phase, title) in enumerate(PHASES):
-            box_panel(axes[col], data[ov], phase, title, yr)
+            box_panel(axes[col], data[ov], phase, phase_title(ov, phase, title), yr)
         axes[0].set_ylabel("latency (ms)")
         fig.suptitle("%s: ZooKeeper latency from a client at LAN, leader CLU\n%s" % (ov, note), fontsize=10)
         fig.tight_layout()
