@@ -105,7 +105,7 @@ type Link struct {
 	ReturnLossPct     float64 `json:"return_loss_pct,omitempty"`
 	ReturnLossSamples int     `json:"return_loss_samples,omitempty"`
 	JitterMs          float64 `json:"jitter_ms"`
-	AgeMs         float64 `json:"age_ms"`
+	AgeMs             float64 `json:"age_ms"`
 }
 
 // Route is this site's path to one destination.
