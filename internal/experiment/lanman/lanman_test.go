@@ -146,7 +146,7 @@ func TestReportOpensWithTheSummary(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"read via CLU, phases a -> b -> c: vxlan 64.0 -> 137.0 -> 138.0; detour 65.0 -> 137.0 -> 73.0 ms",
-		"detour rerouted CLU<->LAN through a relay 1.2 s after",
+		"detour rerouted CLU<->LAN through a relay 1.20 s after",
 		"files in " + dir,
 		"boxplots-detour.png",
 		"from truth     the same model",
