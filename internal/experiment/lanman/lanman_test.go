@@ -135,6 +135,24 @@ func TestReportOpensWithTheSummary(t *testing.T) {
 			}
 		}
 	}
+	// A continuous run: the load starts at 10 s, LAN->CLU is relayed at
+	// 10.8 s and CLU->LAN at 11 s, one write at 10.5 s takes 190 ms.
+	cr := &Continuous{Start: t0, LoadStart: t0.Add(10 * time.Second), End: t0.Add(20 * time.Second)}
+	for i := 0; i < 200; i++ {
+		op, lat := zoo.Read, 62.0
+		if i%2 == 1 {
+			op, lat = zoo.Write, 117.0
+		}
+		if i == 105 {
+			lat = 190
+		}
+		cr.Samples = append(cr.Samples, zoo.Sample{Op: op, Start: t0.Add(time.Duration(i) * 100 * time.Millisecond), Latency: time.Duration(lat * float64(time.Millisecond))})
+	}
+	cr.Routes = []RouteEvent{
+		{Time: t0.Add(10800 * time.Millisecond), From: "LAN", To: "CLU", Path: []string{"LAN", "NEU", "CLU"}},
+		{Time: t0.Add(11 * time.Second), From: "CLU", To: "LAN", Path: []string{"CLU", "NEU", "LAN"}},
+	}
+	res.Continuous["detour"] = cr
 	dir := t.TempDir()
 	if err := res.Write(dir, "test\n"); err != nil {
 		t.Fatal(err)
@@ -149,6 +167,9 @@ func TestReportOpensWithTheSummary(t *testing.T) {
 		"detour rerouted CLU<->LAN through a relay 1.20 s after",
 		"files in " + dir,
 		"boxplots-detour.png",
+		"timeseries-detour.png",
+		"detour, continuous run: rerouted CLU->LAN 1.0 s, LAN->CLU 0.8 s after the load started",
+		"largest latency from 2 s before to 2 s after the switch: 190.0 ms (73.0 ms above the idle median of its kind)",
 		"from truth     the same model",
 	} {
 		if !strings.Contains(out, want) {
