@@ -1174,6 +1174,13 @@ func TestEdgeRateLimits(t *testing.T) {
 
 // ---- 3. MTU ----
 
+// maxUDPLoss is the share of 1472-byte UDP datagrams, in %, the MTU checks
+// allow to be lost. A datagram the MTU stops is lost every time; one lost
+// now and then is a socket buffer that overflowed while another process
+// had the CPU (each datagram is two fragments once the underlay MTU is
+// 1300).
+const maxUDPLoss = 10
+
 // mtuChecks runs, from Fujisawa's host to Seoul's (through Inagi),
 // `ping -s 1472` (with -M do, fragmentation prohibited at the host, when
 // df is set) and 1472-byte UDP datagrams, and returns the ping replies of
@@ -1280,7 +1287,7 @@ func TestEdgeMTU(t *testing.T) {
 	}
 	n, udp := o.mtuChecks(t, 5421, true)
 	t.Logf("ping -s 1472 -M do Fujisawa host -> Seoul host: %d of 5 replies; iperf3 -u -l 1472 -b 20M: %d datagrams, %d lost (%.2f %%)", n, udp.Packets, udp.Lost, udp.LostPercent)
-	if n < 5 || udp.Packets < 1000 || udp.LostPercent > 1 {
+	if n < 5 || udp.Packets < 1000 || udp.LostPercent > maxUDPLoss {
 		t.Errorf("1472-byte payloads at underlay MTU 1400: ping %d of 5, UDP %d datagrams with %.2f %% lost", n, udp.Packets, udp.LostPercent)
 	}
 	// Lower the underlay MTU at run time; a TCP flow and 1472-byte pings
@@ -1357,7 +1364,7 @@ func TestEdgeMTU(t *testing.T) {
 	}
 	n, udp = o.mtuChecks(t, 5423, false)
 	t.Logf("underlay MTU 1300: ping -s 1472: %d of 5 replies; iperf3 -u -l 1472 -b 20M: %d datagrams, %d lost (%.2f %%)", n, udp.Packets, udp.Lost, udp.LostPercent)
-	if n < 5 || udp.Packets < 1000 || udp.LostPercent > 1 {
+	if n < 5 || udp.Packets < 1000 || udp.LostPercent > maxUDPLoss {
 		t.Errorf("1472-byte payloads at underlay MTU 1300: ping %d of 5, UDP %d datagrams with %.2f %% lost", n, udp.Packets, udp.LostPercent)
 	}
 }
