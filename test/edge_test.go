@@ -1320,8 +1320,9 @@ func TestEdgeMTU(t *testing.T) {
 	}
 	// Recovery ends with the last burst of losses (two within 1 s): a
 	// lone loss next to a saturating flow is a queue drop, not MTU
-	// trouble. Later than 5 s after the change, at most 2 of the 30
-	// remaining pings may be lost.
+	// trouble. Later than 5 s after the change, at most 4 of the 30
+	// remaining pings may be lost: queue drops next to the flow on a busy
+	// machine, where pings the MTU stops would all be lost.
 	lastBurst, late := 0, 0
 	for i, seq := range lost {
 		if seq > 20 && ((i+1 < len(lost) && lost[i+1]-seq <= 10) || (i > 0 && lost[i-1] > 20 && seq-lost[i-1] <= 10)) {
@@ -1346,7 +1347,7 @@ func TestEdgeMTU(t *testing.T) {
 		if post < 0.5*pre {
 			t.Errorf("TCP seconds 8 to 10 (6 to 8 s after the MTU drop): median %.1f Mbit/s, before the drop %.1f", post, pre)
 		}
-		if recovery > 5 || late > 2 {
+		if recovery > 5 || late > 4 {
 			t.Errorf("1472-byte pings next to the flow: losses in bursts until %.1f s after the underlay MTU dropped, %d lost later than 5 s; want recovery within 5 s", recovery, late)
 		}
 	})
