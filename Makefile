@@ -1,6 +1,11 @@
 # detour: the two commands of the README's quick start are `make demo` and
 # `make test`. Both install what they need through scripts/install-deps.sh.
 
+# Go: scripts/install-deps.sh installs a toolchain new enough for go.mod in
+# /usr/local/go when the PATH has none, so that directory comes first on the
+# PATH of every recipe (the scripts call go too). A go on the PATH is used
+# when /usr/local/go does not exist.
+export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin/detour
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -21,11 +26,19 @@ deps:
 demo: deps build
 	bash scripts/demo.sh
 
+# The recipes use pipefail: go test's status must survive its filter.
+SHELL := /bin/bash
+
+# PROGRESS filters `go test -json`: each test as it passes, the tests still
+# running every 30 s, the whole output of a failed test, and go test's own
+# "ok"/"FAIL" package lines.
+PROGRESS = $(GO) run ./internal/devtools/testprogress
+
 # Unit tests (pure logic, in-process multi-site scenarios) and then the tests
 # that run the real thing in network namespaces (need root).
 test: deps build vet
-	$(GO) test -count=1 ./...
-	DETOUR_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 18m -tags netns ./test/... || \
+	set -o pipefail; $(GO) test -json -count=1 ./... 2>&1 | $(PROGRESS)
+	set -o pipefail; DETOUR_BIN=$(CURDIR)/$(BIN) $(GO) test -json -count=1 -p 1 -timeout 18m -tags netns ./test/... 2>&1 | $(PROGRESS) || \
 		{ DETOUR_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run '^$$' -tags netns ./test/... >/dev/null; exit 1; }
 
 test-unit:

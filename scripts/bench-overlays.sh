@@ -14,6 +14,10 @@ cd "$(dirname "$0")/.."
 bin=${DETOUR_BIN:-$PWD/bin/detour}
 [ -x "$bin" ] || go build -o "$bin" ./cmd/detour
 py=python3
-# matplotlib comes from Debian's python3-matplotlib (scripts/install-deps.sh).
+# matplotlib comes from the Python environment scripts/install-deps.sh makes
+# in /opt/detour/python, or from Debian's python3-matplotlib.
 [ -x /usr/bin/python3 ] && py=/usr/bin/python3
+if ! $py -c 'import matplotlib' 2>/dev/null && [ -x /opt/detour/python/bin/python3 ]; then
+	py=/opt/detour/python/bin/python3
+fi
 exec "$py" scripts/bench_overlays.py --bin "$bin" "$@"

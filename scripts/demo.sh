@@ -5,10 +5,13 @@
 # the LANMAN 2017 paper, with a client at LAN, over kernel VXLAN (direct
 # paths), tinc and detour: (a) idle, (b) TCP cross traffic filling
 # CLU<->LAN, (c) the same load with detour free to reroute through NEU. It
-# prints the summary table (median and p95 per phase, operation, server and
-# overlay, with the latency model's prediction) and writes samples, plots
-# and versions to results/demo. About 10 minutes; DEMO_SHORT=1 runs the
-# 3-minute version (vxlan and detour only).
+# prints a summary first (median latency per overlay, phase, operation and
+# server; detour's reroute times; the largest latency around the switch;
+# the files written), then the long table (median and p95 per phase,
+# operation, server and overlay, with the latency model's prediction) with
+# its columns explained, and writes samples, plots and versions to
+# results/demo. About 10 minutes; DEMO_SHORT=1 runs the 3-minute version
+# (vxlan and detour only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1074,20 +1074,39 @@ func (o *overlay) iperf(t *testing.T, a, b string, secs int) float64 {
 
 // TestOverlayThroughput compares one TCP flow between hosts of leon-japan
 // with zero delay over detour, tinc and kernel VXLAN. detour must not be
-// slower than tinc (10 % margin for the noise of a shared 2-core machine).
+// slower than tinc (10 % margin). One flow on two shared cores varies by
+// more than that margin, so detour and tinc are each measured in
+// DETOUR_OVERLAY_ROUNDS rounds, a testbed of their own per run, the order
+// alternating between rounds, and their medians compared.
 func TestOverlayThroughput(t *testing.T) {
 	secs := envInt("DETOUR_IPERF_SECONDS", 3)
-	got := map[string]float64{}
-	for _, ov := range []string{"vxlan", "tinc", "detour"} {
-		t.Run(ov, func(t *testing.T) {
+	rounds := envInt("DETOUR_OVERLAY_ROUNDS", 3)
+	got := map[string][]float64{}
+	measure := func(ov string, round int) {
+		t.Run(fmt.Sprintf("%s round %d", ov, round+1), func(t *testing.T) {
 			o := upOverlay(t, filepath.Join("testdata", "leon-japan-zero.yaml"), "--overlay", ov)
-			got[ov] = o.iperf(t, "Fujisawa", "Seoul", secs)
-			t.Logf("%s: one TCP flow Fujisawa host -> Seoul host, zero delay, %d s: %.3f Gbit/s", ov, secs, got[ov])
+			g := o.iperf(t, "Fujisawa", "Seoul", secs)
+			got[ov] = append(got[ov], g)
+			t.Logf("%s: one TCP flow Fujisawa host -> Seoul host, zero delay, %d s: %.3f Gbit/s", ov, secs, g)
 		})
 	}
-	t.Logf("throughput, one TCP flow, %d s: vxlan %.2f, tinc %.2f, detour %.2f Gbit/s", secs, got["vxlan"], got["tinc"], got["detour"])
-	if got["detour"] < 0.9*got["tinc"] {
-		t.Errorf("detour %.3f Gbit/s is slower than tinc %.3f Gbit/s", got["detour"], got["tinc"])
+	measure("vxlan", 0)
+	for round := 0; round < rounds; round++ {
+		order := []string{"tinc", "detour"}
+		if round%2 == 1 {
+			order = []string{"detour", "tinc"}
+		}
+		for _, ov := range order {
+			measure(ov, round)
+		}
+	}
+	if len(got["tinc"]) != rounds || len(got["detour"]) != rounds {
+		t.Fatalf("missing measurements: tinc %.3f, detour %.3f", got["tinc"], got["detour"])
+	}
+	tinc, det := median(got["tinc"]), median(got["detour"])
+	t.Logf("throughput, one TCP flow, %d s, median of %d runs: vxlan %.2f, tinc %.2f %.2f, detour %.2f %.2f Gbit/s", secs, rounds, median(got["vxlan"]), tinc, got["tinc"], det, got["detour"])
+	if det < 0.9*tinc {
+		t.Errorf("detour's median %.3f Gbit/s is slower than tinc's %.3f Gbit/s", det, tinc)
 	}
 }
 

@@ -1,6 +1,8 @@
 package lanman
 
 import (
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,5 +115,73 @@ func TestReactWithoutChange(t *testing.T) {
 	cr.Samples = []zoo.Sample{{Op: zoo.Read, Start: t0.Add(2 * time.Second), Latency: 130 * time.Millisecond}}
 	if r := cr.React(); r.Rerouted || r.MaxMs != 130 {
 		t.Errorf("reaction %+v: want no reroute and the loaded maximum", r)
+	}
+}
+
+// TestReportOpensWithTheSummary: the report starts with the summary table
+// of medians per overlay and phase, the phases of the degraded operations,
+// the reroute time and the files written, then explains the long table's
+// columns before printing it.
+func TestReportOpensWithTheSummary(t *testing.T) {
+	t0 := time.Unix(5000, 0)
+	res := &Result{Predicted: map[results.Key]float64{}, PredictedTruth: map[results.Key]float64{},
+		Reroute: map[string]time.Duration{"detour": 1200 * time.Millisecond}, Continuous: map[string]*Continuous{}}
+	lat := map[string]map[string]float64{"vxlan": {"a": 64, "b": 137, "c": 138}, "detour": {"a": 65, "b": 137, "c": 73}}
+	for _, ov := range []string{"vxlan", "detour"} {
+		for _, ph := range Phases {
+			for i := 0; i < 5; i++ {
+				res.Records = append(res.Records, results.Record{Overlay: ov, Phase: ph, Server: "CLU", Op: "read", Seq: i,
+					Start: t0, Latency: time.Duration(lat[ov][ph] * float64(time.Millisecond))})
+			}
+		}
+	}
+	// A continuous run: the load starts at 10 s, LAN->CLU is relayed at
+	// 10.8 s and CLU->LAN at 11 s, one write at 10.5 s takes 190 ms.
+	cr := &Continuous{Start: t0, LoadStart: t0.Add(10 * time.Second), End: t0.Add(20 * time.Second)}
+	for i := 0; i < 200; i++ {
+		op, lat := zoo.Read, 62.0
+		if i%2 == 1 {
+			op, lat = zoo.Write, 117.0
+		}
+		if i == 105 {
+			lat = 190
+		}
+		cr.Samples = append(cr.Samples, zoo.Sample{Op: op, Start: t0.Add(time.Duration(i) * 100 * time.Millisecond), Latency: time.Duration(lat * float64(time.Millisecond))})
+	}
+	cr.Routes = []RouteEvent{
+		{Time: t0.Add(10800 * time.Millisecond), From: "LAN", To: "CLU", Path: []string{"LAN", "NEU", "CLU"}},
+		{Time: t0.Add(11 * time.Second), From: "CLU", To: "LAN", Path: []string{"CLU", "NEU", "LAN"}},
+	}
+	res.Continuous["detour"] = cr
+	dir := t.TempDir()
+	if err := res.Write(dir, "test\n"); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := res.WriteReport(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"read via CLU, phases a -> b -> c: vxlan 64.0 -> 137.0 -> 138.0; detour 65.0 -> 137.0 -> 73.0 ms",
+		"detour rerouted CLU<->LAN through a relay 1.20 s after",
+		"files in " + dir,
+		"boxplots-detour.png",
+		"timeseries-detour.png",
+		"detour, continuous run: rerouted CLU->LAN 1.0 s, LAN->CLU 0.8 s after the load started",
+		"largest latency from 2 s before to 2 s after the switch: 190.0 ms (73.0 ms above the idle median of its kind)",
+		"from truth     the same model",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	// The summary's row of detour's phase (c) carries the median read via
+	// CLU, and the summary comes before the long table.
+	if !regexp.MustCompile(`(?m)^detour\s+\(c\) loaded, rerouting free\s+73\.0\s+-\s+-`).MatchString(out) {
+		t.Errorf("no summary row for detour phase c with 73.0 ms:\n%s", out)
+	}
+	if strings.Index(out, "SUMMARY") > strings.Index(out, "THE LONG TABLE") {
+		t.Errorf("the summary does not come first:\n%s", out)
 	}
 }

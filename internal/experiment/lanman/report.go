@@ -52,6 +52,7 @@ func (r *Result) Write(dir string, versions string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	r.dir = dir
 	writers := []struct {
 		name string
 		fn   func(io.Writer) error
@@ -88,10 +89,15 @@ func writeFile(path string, fn func(io.Writer) error) error {
 	return f.Close()
 }
 
-// WriteReport prints the summary table, the model check and the reaction
+// WriteReport prints the short summary and the files written, then the
+// long table with its columns explained, the model check and the reaction
 // of every continuous run.
 func (r *Result) WriteReport(w io.Writer) error {
 	rows := r.Summary()
+	r.writeSummary(w, rows)
+	fmt.Fprintln(w)
+	writeColumns(w)
+	fmt.Fprintln(w)
 	if err := results.PrintTable(w, rows); err != nil {
 		return err
 	}

@@ -87,6 +87,9 @@ type Result struct {
 	// Reroute is, per overlay, how long detour took after being unpinned
 	// in phase (c) to use a relay between LoadA and LoadB.
 	Reroute map[string]time.Duration
+
+	// dir is the results directory Write stored everything in.
+	dir string
 }
 
 // Run performs the experiment on every overlay in turn. It always tears

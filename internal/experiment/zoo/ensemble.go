@@ -26,8 +26,7 @@ import (
 
 // Default locations of the Debian package's files.
 const (
-	DefaultJar     = "/usr/share/java/zookeeper.jar"
-	DefaultConfDir = "/etc/zookeeper/conf"
+	DefaultJar = "/usr/share/java/zookeeper.jar"
 	// ClientPort is the port every server listens on for clients.
 	ClientPort = 2181
 	// QuorumPort and ElectionPort carry the servers' own traffic.
@@ -64,8 +63,14 @@ type Ensemble struct {
 	// Dial reaches a server's client port for four-letter words; nil dials
 	// from the current namespace.
 	Dial Dialer
-	// Jar and ConfDir default to the Debian package's.
-	Jar, ConfDir string
+	// Jar defaults to the Debian package's (libzookeeper-java).
+	Jar string
+	// ConfDir is the directory on the class path holding log4j.properties;
+	// empty means each server's own directory, where Start writes one that
+	// sends the log to LogFile. The Debian package zookeeper has one in
+	// /etc/zookeeper/conf, but it depends on a full JRE with GTK, so the
+	// testbed installs only libzookeeper-java and a headless JRE.
+	ConfDir string
 	// TickTime is ZooKeeper's tick; zero means 2 s (its default).
 	TickTime time.Duration
 
@@ -120,13 +125,30 @@ func (e *Ensemble) LogFile(s Server) string {
 	return filepath.Join(e.serverDir(s), "zookeeper.log")
 }
 
-// write lays out server s's directory: data/myid and zoo.cfg.
+// log4jConfig is the log4j 1.2 configuration each server reads from its
+// class path: the root logger is the system property zookeeper.root.logger
+// (INFO to ROLLINGFILE on the command line argv builds), and ROLLINGFILE is
+// zookeeper.log in the directory named by the property zookeeper.log.dir.
+const log4jConfig = `log4j.rootLogger=${zookeeper.root.logger}
+log4j.appender.ROLLINGFILE=org.apache.log4j.RollingFileAppender
+log4j.appender.ROLLINGFILE.File=${zookeeper.log.dir}/zookeeper.log
+log4j.appender.ROLLINGFILE.MaxFileSize=10MB
+log4j.appender.ROLLINGFILE.layout=org.apache.log4j.PatternLayout
+log4j.appender.ROLLINGFILE.layout.ConversionPattern=%d{ISO8601} - %-5p [%t:%C{1}@%L] - %m%n
+`
+
+// write lays out server s's directory: data/myid, log4j.properties and
+// zoo.cfg.
 func (e *Ensemble) write(s Server) (string, error) {
 	if err := os.MkdirAll(e.dataDir(s), 0o755); err != nil {
 		return "", err
 	}
 	myid := filepath.Join(e.dataDir(s), "myid")
 	if err := os.WriteFile(myid, []byte(strconv.Itoa(s.ID)+"\n"), 0o644); err != nil {
+		return "", err
+	}
+	log4j := filepath.Join(e.serverDir(s), "log4j.properties")
+	if err := os.WriteFile(log4j, []byte(log4jConfig), 0o644); err != nil {
 		return "", err
 	}
 	cfg := filepath.Join(e.serverDir(s), "zoo.cfg")
@@ -140,7 +162,7 @@ func (e *Ensemble) argv(s Server, cfg string) []string {
 		jar = DefaultJar
 	}
 	if conf == "" {
-		conf = DefaultConfDir
+		conf = e.serverDir(s)
 	}
 	cp := strings.Join([]string{conf, jar, "/usr/share/java/slf4j-log4j12.jar", "/usr/share/java/log4j-1.2.jar"}, ":")
 	return []string{"java", "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",

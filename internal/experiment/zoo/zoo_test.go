@@ -95,6 +95,12 @@ func TestLoopbackEnsemble(t *testing.T) {
 	}
 	t.Logf("modes: %v", modes)
 	for _, s := range e.Servers {
+		// The server's own log4j.properties sends its log to LogFile.
+		if b, err := os.ReadFile(e.LogFile(s)); err != nil || !strings.Contains(string(b), "QuorumPeer") {
+			t.Errorf("%s: log %s missing or without QuorumPeer lines (err %v, %d bytes)", s.Name, e.LogFile(s), err, len(b))
+		}
+	}
+	for _, s := range e.Servers {
 		c, err := Connect(ctx, s.Name, s.Addr, nil, "/detour/"+s.Name, 1024)
 		if err != nil {
 			t.Fatal(err)

@@ -1,0 +1,169 @@
+// Command testprogress reads the events of `go test -json` on its standard
+// input and prints the progress of a long test run: each top-level test as
+// it passes, fails or is skipped, with the time since the start; every 30
+// s the tests still running; the full output of each failed test; and go
+// test's own package lines ("ok", "FAIL", build errors) unchanged, so that
+// readers of plain go test output still find them. `make test` runs it.
+//
+// Usage: go test -json ./... | go run ./internal/devtools/testprogress
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+func main() {
+	p := newPrinter(os.Stdout, time.Now)
+	stop := p.tick(30 * time.Second)
+	err := p.run(os.Stdin)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testprogress:", err)
+		os.Exit(1)
+	}
+}
+
+// event is one line of `go test -json` (cmd/test2json).
+type event struct {
+	Action     string
+	Package    string
+	ImportPath string
+	Test       string
+	Elapsed    float64
+	Output     string
+}
+
+// printer turns events into progress lines.
+type printer struct {
+	mu    sync.Mutex
+	w     io.Writer
+	now   func() time.Time
+	start time.Time
+	// out holds, per package and top-level test, the output of the test
+	// and its subtests until it ends.
+	out map[[2]string][]string
+	// started is when each running top-level test began.
+	started map[[2]string]time.Time
+}
+
+func newPrinter(w io.Writer, now func() time.Time) *printer {
+	return &printer{w: w, now: now, start: now(), out: map[[2]string][]string{}, started: map[[2]string]time.Time{}}
+}
+
+// run reads events until the end of r. Lines that are not JSON events
+// (go's own messages on a merged stderr) are printed as they are.
+func (p *printer) run(r io.Reader) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		var e event
+		if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &e) != nil {
+			p.print(line + "\n")
+			continue
+		}
+		p.handle(e)
+	}
+	return sc.Err()
+}
+
+// stamp is the prefix of a progress line: the wall time and the time since
+// the start.
+func (p *printer) stamp() string {
+	t := p.now()
+	return fmt.Sprintf("%s [+%s]", t.Format("15:04:05"), t.Sub(p.start).Round(time.Second))
+}
+
+func (p *printer) print(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	io.WriteString(p.w, s)
+}
+
+// handle prints what one event calls for.
+func (p *printer) handle(e event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e.Action == "build-output" {
+		io.WriteString(p.w, e.Output)
+		return
+	}
+	if e.Test == "" {
+		// Package lines: go test's "ok"/"FAIL" summary and anything the
+		// package printed outside a test (TestMain, a panic, a timeout).
+		if e.Action == "output" && e.Output != "PASS\n" && !strings.HasPrefix(e.Output, "=== ") {
+			io.WriteString(p.w, e.Output)
+		}
+		return
+	}
+	top, _, sub := strings.Cut(e.Test, "/")
+	key := [2]string{e.Package, top}
+	switch e.Action {
+	case "run":
+		if !sub {
+			p.started[key] = p.now()
+			p.out[key] = nil
+		}
+	case "output":
+		p.out[key] = append(p.out[key], e.Output)
+	case "pass", "fail", "skip":
+		if sub {
+			return
+		}
+		if e.Action == "fail" {
+			fmt.Fprintf(p.w, "%s FAIL %s (%.1fs) in %s; its output:\n", p.stamp(), top, e.Elapsed, e.Package)
+			for _, l := range p.out[key] {
+				io.WriteString(p.w, "    "+l)
+			}
+		} else {
+			fmt.Fprintf(p.w, "%s %s %s (%.1fs)\n", p.stamp(), e.Action, top, e.Elapsed)
+		}
+		delete(p.out, key)
+		delete(p.started, key)
+	}
+}
+
+// tick prints, every d, the top-level tests that have run for longer than
+// d; the returned function stops it.
+func (p *printer) tick(d time.Duration) func() {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				p.running(d)
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// running prints the tests that have run for longer than d.
+func (p *printer) running(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var names []string
+	for k, t0 := range p.started {
+		if el := p.now().Sub(t0); el >= d {
+			names = append(names, fmt.Sprintf("%s (%s)", k[1], el.Round(time.Second)))
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	sort.Strings(names)
+	fmt.Fprintf(p.w, "%s running %s\n", p.stamp(), strings.Join(names, ", "))
+}
