@@ -72,19 +72,12 @@ func (s *secure) learn(site wire.SiteID, addr netip.AddrPort) {
 }
 
 // open turns a received datagram into the control datagram the control
-// node should see, or nil. Handshake messages are answered through send.
+// node should see, or nil. Handshake messages take their own path
+// (handshake.go).
 func (s *secure) open(now time.Time, from netip.AddrPort, pkt []byte, send func(netip.AddrPort, []byte)) []byte {
 	switch wire.Type(pkt[2]) {
-	case wire.TypeHandshakeInit, wire.TypeHandshakeResponse:
-		res, err := s.node.HandleHandshake(now, pkt)
-		if res.Reply != nil {
-			send(from, res.Reply)
-		}
-		if err == nil {
-			s.learn(res.Peer, from)
-			s.release(now, res.Peer, send)
-		}
-		return nil
+	case wire.TypeHandshakeInit, wire.TypeHandshakeResponse, wire.TypeCookieReply:
+		return nil // the handshake path's (handshakes.offer), never queued here
 	case wire.TypeSealed:
 		site, inner, err := s.node.OpenControl(pkt)
 		if err != nil {
@@ -207,6 +200,9 @@ func (s *secure) counters() map[string]uint64 {
 		"session_malformed":           st.Malformed,
 		"session_expired":             st.Expired,
 		"session_gave_up":             st.GaveUp,
+		"session_bad_mac1":            st.BadMAC1,
+		"session_cookies_received":    st.CookiesReceived,
+		"session_bad_cookie_replies":  st.BadCookieReplies,
 		"control_unsealed_dropped":    s.unsealed,
 		"control_spoofed_sender":      s.spoofed,
 		"control_unknown_destination": s.unknownDest,
