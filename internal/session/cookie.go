@@ -230,3 +230,19 @@ func (s *cookieState) consume(now time.Time, r *wire.CookieReply) error {
 	s.cookie, s.cookieAt, s.hasCk = cookie, now, true
 	return nil
 }
+
+// PutMAC1 writes into the handshake message pkt the mac1 that a site with
+// public key receiver checks, and zeroes mac2. Sites never need it (the
+// node adds its MACs); the testbed's flooder does, to send what a host
+// that knows the key would.
+func PutMAC1(pkt []byte, receiver keys.PublicKey) {
+	if len(pkt) < wire.HandshakeHeaderLen+wire.HandshakeMACsLen {
+		return
+	}
+	k := deriveMACKeys(receiver)
+	o1, o2 := macOffsets(len(pkt))
+	var m [wire.MACLen]byte
+	mac(newMAC(k.mac1[:]), &m, pkt[:o1])
+	copy(pkt[o1:o2], m[:])
+	clear(pkt[o2:])
+}
