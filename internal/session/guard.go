@@ -51,6 +51,12 @@ type GuardConfig struct {
 	// trusted (see Guard.Trust), whatever their number: a flood from
 	// spoofed addresses cannot make this site send more.
 	Cookies float64
+	// ShieldRate is the rate of dropped handshake messages (any verdict
+	// but Admit) above which Shielded is true: the I/O shell then has the
+	// kernel drop handshakes that do not come from a known site at its
+	// known address, but for a sample, before they cost this process
+	// anything (see Sampled).
+	ShieldRate float64
 }
 
 // Defaults of GuardConfig. The rates follow wireguard-go's (20 per second
@@ -63,7 +69,8 @@ const (
 	DefaultBurst        = 5
 	DefaultMaxSources   = 4096
 	DefaultOverflow     = 100
-	DefaultCookies      = 1000
+	DefaultCookies      = 200
+	DefaultShieldRate   = 1000
 )
 
 func (c GuardConfig) withDefaults() GuardConfig {
@@ -77,6 +84,7 @@ func (c GuardConfig) withDefaults() GuardConfig {
 	def(&c.Burst, DefaultBurst)
 	def(&c.Overflow, DefaultOverflow)
 	def(&c.Cookies, DefaultCookies)
+	def(&c.ShieldRate, DefaultShieldRate)
 	if c.LoadBacklog <= 0 {
 		c.LoadBacklog = DefaultLoadBacklog
 	}
@@ -108,12 +116,37 @@ type Guard struct {
 	cookieB  bucket // cookie replies to untrusted sources
 	counts   [numVerdicts]uint64
 	cookies  uint64
+	// The measured rate of dropped messages, each weighing sample (the
+	// inverse of the share of the flood that reaches the guard), and
+	// until when the site is shielded.
+	junk       float64
+	junkAt     time.Time
+	sample     float64
+	shieldTill time.Time
 }
 
 // NewGuard returns a guard for the node's messages.
 func NewGuard(n *Node, cfg GuardConfig) *Guard {
 	cfg = cfg.withDefaults()
-	return &Guard{cfg: cfg, checker: n.checker, limit: newLimiter(cfg), cookieB: bucket{tokens: cfg.Cookies}}
+	return &Guard{cfg: cfg, checker: n.checker, limit: newLimiter(cfg), cookieB: bucket{tokens: cfg.Cookies}, sample: 1}
+}
+
+// Sampled tells the guard that only one in every n untrusted handshake
+// messages reaches it (the kernel drops the others while shielded), so
+// that each one it drops counts n times; n = 1 when not shielded.
+func (g *Guard) Sampled(n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sample = float64(max(n, 1))
+}
+
+// Shielded reports whether, at now, the rate of dropped handshake
+// messages calls for the kernel to drop the untrusted ones: it was above
+// ShieldRate less than UnderLoadFor ago.
+func (g *Guard) Shielded(now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return now.Before(g.shieldTill)
 }
 
 // Trust gives the source address a a bucket of its own that is never
@@ -140,8 +173,26 @@ func (g *Guard) Screen(now time.Time, src netip.AddrPort, pkt []byte, backlog in
 	if reply != nil {
 		g.cookies++
 	}
+	if v != Admit {
+		g.junk = decay(g.junk, g.junkAt, now) + g.sample/rateWindow.Seconds()
+		g.junkAt = now
+		if g.junk > g.cfg.ShieldRate {
+			g.shieldTill = now.Add(g.cfg.UnderLoadFor)
+		}
+	}
 	g.mu.Unlock()
 	return v, reply
+}
+
+// decay returns the rate r measured at 'at' decayed to now.
+func decay(r float64, at, now time.Time) float64 {
+	if at.IsZero() {
+		return r
+	}
+	if dt := now.Sub(at); dt > 0 {
+		r *= math.Exp(-float64(dt) / float64(rateWindow))
+	}
+	return r
 }
 
 func (g *Guard) screen(now time.Time, src netip.AddrPort, pkt []byte, backlog int) (Verdict, []byte) {
@@ -191,12 +242,7 @@ const rateWindow = time.Second
 func (g *Guard) observe(now time.Time, backlog int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.rateAt.IsZero() {
-		if dt := now.Sub(g.rateAt); dt > 0 {
-			g.rate *= math.Exp(-float64(dt) / float64(rateWindow))
-		}
-	}
-	g.rate += 1 / rateWindow.Seconds()
+	g.rate = decay(g.rate, g.rateAt, now) + 1/rateWindow.Seconds()
 	g.rateAt = now
 	if g.rate > g.cfg.LoadRate || backlog >= g.cfg.LoadBacklog {
 		g.loadTill = now.Add(g.cfg.UnderLoadFor)

@@ -303,3 +303,39 @@ func BenchmarkHandleInitiation(b *testing.B) {
 		n[1].HandleHandshake(t0, pkt)
 	}
 }
+
+// A flood of messages the guard drops raises the shield for as long as it
+// lasts and a second more; a sampled flood counts at its full weight.
+func TestGuardShield(t *testing.T) {
+	n := mesh(t, 2)
+	g := NewGuard(n[1], GuardConfig{ShieldRate: 100})
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := t0
+	for i := range 50 { // 50 a second: below the rate
+		now = t0.Add(time.Duration(i) * 20 * time.Millisecond)
+		g.Screen(now, addrF, forgedInit(rng, 1), 0)
+	}
+	if g.Shielded(now) {
+		t.Fatal("shielded at 50 drops a second")
+	}
+	for i := range 200 { // 1000 a second
+		now = now.Add(time.Millisecond)
+		g.Screen(now, addrF, forgedInit(rng, 1), 0)
+		_ = i
+	}
+	if !g.Shielded(now) {
+		t.Fatal("not shielded at 1000 drops a second")
+	}
+	// Shielded, the guard sees one in 64 of the same flood.
+	g.Sampled(64)
+	for range 100 {
+		now = now.Add(64 * time.Millisecond)
+		g.Screen(now, addrF, forgedInit(rng, 1), 0)
+	}
+	if !g.Shielded(now) {
+		t.Fatal("the sampled flood lowered the shield")
+	}
+	if g.Shielded(now.Add(DefaultUnderLoadFor)) {
+		t.Fatal("still shielded a second after the flood")
+	}
+}
