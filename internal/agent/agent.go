@@ -122,6 +122,7 @@ func New(cfg *config.Agent, opt Options) (*Agent, error) {
 		}
 		dcfg.Crypto = a.sec.node
 		a.hs = newHandshakes(a)
+		a.sec.hsCounters = a.hs.counters
 	}
 	a.engine = datapath.New(dcfg)
 	a.shaper = edge.NewShaper(float64(cfg.EgressRate))
@@ -215,7 +216,8 @@ func (a *Agent) closeAll() {
 	}
 }
 
-// onControl is called by the data path for every control datagram. Its
+// onControl is called by the data path for every control datagram;
+// handshakes go to the handshake path, which screens them at once. Its
 // time is the kernel's receive time when the socket gives it (mapped onto
 // the agent's clock by how long ago it was), so that probe timestamps do
 // not include the time a busy gateway took to read the datagram.

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/detour-overlay/detour/internal/session"
 	"github.com/detour-overlay/detour/internal/wire"
@@ -24,6 +25,14 @@ type handshakes struct {
 	pool   sync.Pool
 	full   atomic.Uint64 // admitted messages dropped because the queue was full
 	failed atomic.Uint64 // admitted messages the node rejected
+
+	// The kernel shield (shield.go); filter is nil without one.
+	filter        shieldFilter
+	shielded      atomic.Bool
+	trustChanged  atomic.Bool
+	shieldChanges atomic.Uint64
+	shieldMu      sync.Mutex // guards trusted and the program's changes
+	trusted       map[wire.SiteID]netip.AddrPort
 }
 
 type hsMsg struct {
@@ -35,17 +44,23 @@ type hsMsg struct {
 // hsBufLen holds the longest handshake message.
 const hsBufLen = max(wire.HandshakeInitLen, wire.HandshakeResponseLen, wire.CookieReplyLen)
 
+// shieldCheckInterval is how often the worker checks whether the shield
+// is still wanted.
+const shieldCheckInterval = 250 * time.Millisecond
+
 // hsQueueLen bounds the admitted messages waiting for the worker; the
 // guard counts the site under load from a sixteenth of it
 // (session.DefaultLoadBacklog).
 const hsQueueLen = 256
 
 func newHandshakes(a *Agent) *handshakes {
-	h := &handshakes{a: a, guard: session.NewGuard(a.sec.node, session.GuardConfig{}), queue: make(chan hsMsg, hsQueueLen)}
+	h := &handshakes{a: a, guard: session.NewGuard(a.sec.node, session.GuardConfig{}), queue: make(chan hsMsg, hsQueueLen),
+		trusted: map[wire.SiteID]netip.AddrPort{}}
 	h.pool.New = func() any { return new([hsBufLen]byte) }
-	for _, addr := range a.sec.addrOf {
-		h.guard.Trust(addr.Addr())
+	for site, addr := range a.sec.addrOf {
+		h.trust(site, addr)
 	}
+	h.setupShield()
 	return h
 }
 
@@ -65,9 +80,13 @@ func isHandshake(pkt []byte) bool {
 // offer screens a handshake message on the underlay reader's goroutine and
 // queues it if admitted. pkt is only valid during the call.
 func (h *handshakes) offer(from netip.AddrPort, pkt []byte) {
-	v, reply := h.guard.Screen(h.a.clock.Now(), from, pkt, len(h.queue))
+	now := h.a.clock.Now()
+	v, reply := h.guard.Screen(now, from, pkt, len(h.queue))
 	if reply != nil {
 		h.a.sendNow(from, reply)
+	}
+	if h.filter != nil && h.guard.Shielded(now) != h.shielded.Load() {
+		h.checkShield()
 	}
 	if v != session.Admit || len(pkt) > hsBufLen {
 		return
@@ -83,12 +102,17 @@ func (h *handshakes) offer(from netip.AddrPort, pkt []byte) {
 }
 
 // run is the worker: it does the handshake work of the admitted messages
-// until ctx is done.
+// until ctx is done, and lowers the shield when a flood is over even if
+// no handshake message comes to tell.
 func (h *handshakes) run(ctx context.Context) {
+	tick := time.NewTicker(shieldCheckInterval)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-tick.C:
+			h.checkShield()
 		case m := <-h.queue:
 			h.handle(m.from, m.buf[:m.n])
 			h.pool.Put(m.buf)
@@ -116,7 +140,7 @@ func (h *handshakes) handle(from netip.AddrPort, pkt []byte) {
 		h.failed.Add(1)
 		return
 	}
-	h.guard.Trust(from.Addr())
+	h.trust(res.Peer, from)
 	h.a.mu.Lock()
 	h.a.sec.learn(res.Peer, from)
 	h.a.sec.release(now, res.Peer, h.a.sendNow)
@@ -133,6 +157,7 @@ func (h *handshakes) counters() map[string]uint64 {
 		"cookie_replies_sent": cookies,
 		"dropped_queue_full":  h.full.Load(),
 		"failed":              h.failed.Load(),
+		"shield_changes":      h.shieldChanges.Load(),
 	}
 	for name, v := range counts {
 		if name == session.Admit.String() {

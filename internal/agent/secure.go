@@ -28,6 +28,9 @@ type secure struct {
 	addrOf map[wire.SiteID]netip.AddrPort
 	// Counters for the API and metrics.
 	unsealed, spoofed, unknownDest, pendingDropped uint64
+	// hsCounters reads the handshake path's counters (handshake.go), which
+	// counters reports with the prefix "handshake_".
+	hsCounters func() map[string]uint64
 }
 
 type pendingMsg struct {
@@ -184,7 +187,7 @@ func (s *secure) tick(now time.Time, send func(netip.AddrPort, []byte)) {
 // counters returns the secure layer's counters by name.
 func (s *secure) counters() map[string]uint64 {
 	st := s.node.Stats()
-	return map[string]uint64{
+	out := map[string]uint64{
 		"session_initiations":         st.Initiations,
 		"session_responses":           st.Responses,
 		"session_established":         st.Established,
@@ -208,4 +211,10 @@ func (s *secure) counters() map[string]uint64 {
 		"control_unknown_destination": s.unknownDest,
 		"control_pending_dropped":     s.pendingDropped,
 	}
+	if s.hsCounters != nil {
+		for k, v := range s.hsCounters() {
+			out["handshake_"+k] = v
+		}
+	}
+	return out
 }
