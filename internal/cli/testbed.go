@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"sort"
@@ -54,7 +55,7 @@ const testbedUsage = `usage: detour testbed COMMAND [ARGS]
                                again with the same configuration after D
   scenario NAME                print a shipped scenario's YAML
   flood FROM TO [--kind random|forged|keyed] [--as SITE] [--spoof]
-        [--duration D] [--json]
+        [--duration D] [--port N] [--json]
                                a lab flood from FROM's gateway to TO's agent,
                                as fast as one thread sends (sendmmsg): random
                                bytes, initiations naming SITE (forged: random
@@ -473,6 +474,7 @@ func tbFlood(args []string, stdout, stderr io.Writer) error {
 	spoof := fs.Bool("spoof", false, "send from random source addresses in 198.18.0.0/15")
 	dur := fs.Duration("duration", 10*time.Second, "how long to flood")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	port := fs.Int("port", 0, "send to this port of TO instead of its agent's (a control: the same path, no listener)")
 	pos, _, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -483,6 +485,9 @@ func tbFlood(args []string, stdout, stderr io.Writer) error {
 	ns, to, pub, err := testbed.FloodTarget(*state, pos[0], pos[1])
 	if err != nil {
 		return err
+	}
+	if *port > 0 && *port < 65536 {
+		to = netip.AddrPortFrom(to.Addr(), uint16(*port))
 	}
 	o := testbed.FloodOptions{NS: ns, To: to, Kind: *kind, Key: pub, Spoof: *spoof, Duration: *dur}
 	if *as != "" {
