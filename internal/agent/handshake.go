@@ -149,8 +149,10 @@ func (h *handshakes) handle(from netip.AddrPort, pkt []byte) {
 
 // counters returns the handshake path's counters by name: the guard's
 // verdicts (admitted, dropped_mac1, dropped_mac2, dropped_rate_limited,
-// dropped_malformed), cookie replies sent, queue overflows and the
-// admitted messages the node rejected.
+// dropped_malformed), cookie replies sent, queue overflows, the admitted
+// messages the node rejected, the shield's changes, and the datagrams the
+// kernel dropped at the underlay socket (dropped_by_kernel: the shield's,
+// of any type, and those that found the receive buffer full).
 func (h *handshakes) counters() map[string]uint64 {
 	counts, cookies := h.guard.Counts()
 	out := map[string]uint64{
@@ -158,6 +160,11 @@ func (h *handshakes) counters() map[string]uint64 {
 		"dropped_queue_full":  h.full.Load(),
 		"failed":              h.failed.Load(),
 		"shield_changes":      h.shieldChanges.Load(),
+	}
+	if sd, ok := h.a.conn.(interface{ SocketDrops() (uint64, error) }); ok {
+		if n, err := sd.SocketDrops(); err == nil {
+			out["dropped_by_kernel"] = n
+		}
 	}
 	for name, v := range counts {
 		if name == session.Admit.String() {

@@ -352,3 +352,27 @@ func (u *UDP) SetFilter(prog []unix.SockFilter) error {
 	}
 	return nil
 }
+
+// skMeminfoDrops is the index of the drop count in SO_MEMINFO's array
+// (SK_MEMINFO_DROPS of linux/sock_diag.h).
+const skMeminfoDrops = 8
+
+// SocketDrops returns how many datagrams the kernel dropped at this socket
+// (SO_MEMINFO): those its filter rejected (SetFilter) and those that found
+// the receive buffer full.
+func (u *UDP) SocketDrops() (uint64, error) {
+	var info [16]uint32
+	var serr error
+	err := u.raw.Control(func(fd uintptr) {
+		n := uint32(len(info) * 4)
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_MEMINFO,
+			uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&n)), 0)
+		if e != 0 {
+			serr = e
+		}
+	})
+	if err == nil {
+		err = serr
+	}
+	return uint64(info[skMeminfoDrops]), err
+}
