@@ -16,7 +16,7 @@ import (
 // type speaks). While the guard says the site is shielded (a flood of
 // handshakes it had to drop), it also drops the handshake messages (types
 // 8, 9 and 11) that do not name, at offset 4, a site trusted at the
-// address they come from, but one in shieldSample picked at random, so
+// address they come from, but one in shieldSample (256) picked at random, so
 // that the guard still sees the flood and sites not yet trusted can still
 // get through, more slowly.
 //
@@ -25,7 +25,7 @@ import (
 
 // shieldSample is the share (one in shieldSample) of untrusted handshake
 // messages the shield lets through.
-const shieldSample = 64
+const shieldSample = 256
 
 // maxShieldPairs bounds the trusted pairs in the program (5 instructions
 // each, of the kernel's 4096).
