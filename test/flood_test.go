@@ -27,7 +27,7 @@ import (
 // valid mac1, as a host that knows Seoul's key sends; each of the last two
 // also from random spoofed sources in 198.18.0.0/15) Fujisawa's pings to
 // Seoul lose nothing and keep their RTT within 1 ms of idle, one TCP flow
-// keeps 90 % of its throughput under the reference, and Seoul's agent spends less than
+// (the better of two) keeps 90 % of its throughput under the reference, and Seoul's agent spends less than
 // 20 % of a core more than under a reference flood (the same datagrams
 // to a closed port of Seoul's gateway, so that the sender's core and the
 // kernel's forwarding are as busy). Then Fujisawa's agent is killed and
@@ -163,6 +163,23 @@ func (o *overlay) pingWindow(t *testing.T, pid int, secs int) floodWindow {
 	return floodWindow{rtts: rtts, sent: n, cpu: cpu}
 }
 
+// floodLength is how long a flood lasts: a second to settle, the ping
+// window and two TCP flows of secs seconds (and one omitted second each).
+func floodLength(secs int) time.Duration { return time.Duration(3*secs+4) * time.Second }
+
+// bestTCP returns the better of two TCP flows of secs seconds from src to
+// dst: on two cores shared with other work, one flow of a few seconds can
+// lose a third of its rate to a neighbour's burst.
+func bestTCP(t *testing.T, src, dst testbed.HostState, secs int) float64 {
+	t.Helper()
+	best := 0.0
+	for range 2 {
+		r := iperfNS(t, src.NS, dst.NS, dst.Addr, 5451, "-t", strconv.Itoa(secs), "-O", "1")
+		best = max(best, r.RecvMbps)
+	}
+	return best
+}
+
 func TestFloodHandshakes(t *testing.T) {
 	secs := envInt("DETOUR_FLOOD_SECONDS", 2)
 	// Agents pinned to one core from their start, as in the issue, run
@@ -187,10 +204,10 @@ func TestFloodHandshakes(t *testing.T) {
 	// takes from the machine what sending the flood takes (core 1 and the
 	// kernel's forwarding), so what differs under the real flood is what
 	// the flood costs the agent and its traffic.
-	ctl := o.startFlood(t, floodCase{"random", testbed.FloodRandom, false}, time.Duration(2*secs+2)*time.Second, 4801)
+	ctl := o.startFlood(t, floodCase{"random", testbed.FloodRandom, false}, floodLength(secs), 4801)
 	time.Sleep(time.Second)
 	idle := o.pingWindow(t, seoul.PID, secs)
-	idleTCP := iperfNS(t, src.NS, dst.NS, dst.Addr, 5450, "-t", strconv.Itoa(secs), "-O", "1").RecvMbps
+	idleTCP := bestTCP(t, src, dst, secs)
 	cr := ctl.wait(t)
 	reference := fmt.Sprintf("reference (%.0f datagrams/s to a closed port): ping median %.3f ms (p95 %.3f), %d/%d replies; Seoul's agent %.1f %% of a core; TCP %.0f Mbit/s; quiet machine: ping median %.3f ms, TCP %.0f Mbit/s",
 		cr.Rate, median(idle.rtts), percentile(idle.rtts, 95), len(idle.rtts), idle.sent, 100*idle.cpu, idleTCP, median(quiet.rtts), quietTCP)
@@ -199,10 +216,10 @@ func TestFloodHandshakes(t *testing.T) {
 	for _, c := range floodCases {
 		t.Run(c.name, func(t *testing.T) {
 			before := o.counters(t, "Seoul")
-			f := o.startFlood(t, c, time.Duration(2*secs+2)*time.Second, 0)
+			f := o.startFlood(t, c, floodLength(secs), 0)
 			time.Sleep(time.Second) // the flood at full rate, the guard and shield up
 			w := o.pingWindow(t, seoul.PID, secs)
-			tcp := iperfNS(t, src.NS, dst.NS, dst.Addr, 5451, "-t", strconv.Itoa(secs), "-O", "1").RecvMbps
+			tcp := bestTCP(t, src, dst, secs)
 			r := f.wait(t)
 			after := o.counters(t, "Seoul")
 			d, text := delta(before, after, "handshake_dropped_mac1", "handshake_dropped_mac2", "handshake_dropped_rate_limited",
