@@ -22,9 +22,8 @@ func TestFloodTargetOnlyTestbed(t *testing.T) {
 			t.Errorf("%s accepted: %v", bad, err)
 		}
 	}
-	if _, err := Flood(t.Context(), FloodOptions{To: netip.MustParseAddrPort("8.8.8.8:53"), Kind: FloodRandom}); !errors.Is(err, ErrFloodTarget) {
-		t.Errorf("Flood to 8.8.8.8: %v", err)
-	}
+	// Flood itself is not called with an outside target here: were its
+	// check broken, the test would send there.
 }
 
 // The flood's datagrams are what they claim: forged initiations parse and
