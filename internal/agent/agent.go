@@ -52,6 +52,7 @@ type Agent struct {
 	table       *routing.Table
 	changes     map[wire.SiteID]uint64 // path changes per destination
 	sec         *secure                // nil when the overlay runs in the clear
+	hs          *handshakes            // the handshake path, with sec
 	lastNow     time.Time              // the latest time given to the node
 	lastSecTick time.Time
 	ctlIn       chan ctlPacket
@@ -118,6 +119,8 @@ func New(cfg *config.Agent, opt Options) (*Agent, error) {
 			return nil, err
 		}
 		dcfg.Crypto = a.sec.node
+		a.hs = newHandshakes(a)
+		a.sec.hsCounters = a.hs.counters
 	}
 	a.engine = datapath.New(dcfg)
 	a.shaper = edge.NewShaper(float64(cfg.EgressRate))
@@ -211,11 +214,16 @@ func (a *Agent) closeAll() {
 	}
 }
 
-// onControl is called by the data path for every control datagram. Its
+// onControl is called by the data path for every control datagram;
+// handshakes go to the handshake path, which screens them at once. Its
 // time is the kernel's receive time when the socket gives it (mapped onto
 // the agent's clock by how long ago it was), so that probe timestamps do
 // not include the time a busy gateway took to read the datagram.
 func (a *Agent) onControl(from netip.AddrPort, pkt []byte, rx time.Time) {
+	if a.hs != nil && isHandshake(pkt) {
+		a.hs.offer(from, pkt)
+		return
+	}
 	at := a.clock.Now()
 	if !rx.IsZero() {
 		if lag := time.Since(rx); lag > 0 && lag < time.Second {
@@ -243,6 +251,9 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	engineDone := make(chan error, 1)
 	go func() { engineDone <- a.engine.Run() }()
+	if a.hs != nil {
+		go a.hs.run(ctx)
+	}
 	a.log.Info("agent started", "site", a.cfg.Site, "listen", a.conn.LocalAddr(), "api", a.cfg.API)
 
 	a.controlLoop(ctx)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"path/filepath"
 	"testing"
@@ -14,7 +15,9 @@ import (
 	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/keys"
+	"github.com/detour-overlay/detour/internal/session"
 	"github.com/detour-overlay/detour/internal/transport"
+	"github.com/detour-overlay/detour/internal/wire"
 )
 
 type testSite struct {
@@ -170,5 +173,84 @@ func TestEncryptedAgentIgnoresPlaintextControl(t *testing.T) {
 		if m.Name != "alpha" && m.Name != "beta" {
 			t.Errorf("alpha accepted %s as a member", m.Name)
 		}
+	}
+}
+
+// A flood of forged initiations naming a member, from a host that does
+// not know the key (random Noise bytes) and from one that does (valid
+// mac1), neither stops the frames between members nor reaches the
+// Diffie-Hellman work beyond the rate limits: the first is dropped on mac1,
+// the second puts the site under load, where it gets cookie replies or
+// nothing.
+func TestAgentForwardsUnderHandshakeFlood(t *testing.T) {
+	nw := transport.NewFakeNetwork()
+	sites := startAgents(t, nw, true, "alpha", "beta")
+	waitMembers(t, sites)
+	alpha, beta := sites[0], sites[1]
+	target := netip.MustParseAddrPort("198.18.0.1:4800")
+	flooder := nw.Listen(netip.MustParseAddrPort("198.18.0.9:4800"))
+	defer flooder.Close()
+	rogueKey, _ := keys.Generate(nil)
+	rogue, err := session.NewNode(session.Config{Self: wire.SiteIDFromName("beta"), Private: rogueKey,
+		Peers: map[wire.SiteID]keys.PublicKey{wire.SiteIDFromName("alpha"): alpha.a.sec.node.PublicKey()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	stop := make(chan struct{})
+	flooded := make(chan int)
+	go func() {
+		n := 0
+		defer func() { flooded <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			batch := make([]transport.Message, 0, 64)
+			for i := range 64 {
+				var pkt []byte
+				if i%2 == 0 {
+					pkt = make([]byte, wire.HandshakeInitLen)
+					for j := range pkt {
+						pkt[j] = byte(rng.Uint32())
+					}
+					wire.PutHandshakeHeader(pkt, wire.TypeHandshakeInit, wire.SiteIDFromName("beta"), rng.Uint32())
+				} else {
+					rogue.Tick(time.Now().Add(time.Duration(n) * time.Hour)) // give up the last one
+					pkt, _ = rogue.Connect(time.Now(), wire.SiteIDFromName("alpha"))
+				}
+				if pkt != nil {
+					batch = append(batch, transport.Message{Buf: pkt, N: len(pkt), Addr: target})
+				}
+			}
+			flooder.WriteBatch(batch)
+			n += len(batch)
+			time.Sleep(time.Millisecond) // leave room in the fake network's queues
+		}
+	}()
+	for i := range 50 {
+		f := ethernet(0xa, 0xb, fmt.Sprintf("frame %d under flood", i))
+		beta.dev.Inject(f)
+		receive(t, alpha, f)
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	sent := <-flooded
+	c := alpha.a.hs.counters()
+	t.Logf("flood of %d messages: %v", sent, c)
+	if c["dropped_mac1"] < uint64(sent)/4 {
+		t.Errorf("%d of %d dropped on mac1", c["dropped_mac1"], sent)
+	}
+	if c["dropped_mac2"]+c["dropped_rate_limited"] < uint64(sent)/4 {
+		t.Errorf("%d of %d valid-mac1 initiations dropped on mac2 or rate", c["dropped_mac2"]+c["dropped_rate_limited"], sent)
+	}
+	// The flooder's address is allowed its burst and 20 a second.
+	if c["admitted"] > session.DefaultBurst+uint64(session.DefaultPerSource*2) {
+		t.Errorf("%d initiations admitted to Diffie-Hellman work", c["admitted"])
+	}
+	if !alpha.a.sec.node.Ready(wire.SiteIDFromName("beta")) {
+		t.Error("alpha lost its session with beta")
 	}
 }

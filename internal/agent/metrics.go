@@ -28,6 +28,16 @@ func (a *Agent) newRegistry() *prometheus.Registry {
 		read: a.controlCounters,
 	})
 	reg.MustRegister(gaugeSet{a})
+	if a.hs != nil {
+		reg.MustRegister(counterSet{
+			desc: prometheus.NewDesc("detour_handshake_total", "Handshake path counters by name: messages admitted to Diffie-Hellman work, dropped by reason (mac1, mac2, rate_limited, queue_full, malformed), cookie replies sent.", []string{"counter"}, nil),
+			read: a.hs.counters,
+		})
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "detour_handshake_under_load",
+			Help: "1 while this site is under handshake load and asks initiators for cookies.",
+		}, a.hs.underLoad))
+	}
 	return reg
 }
 

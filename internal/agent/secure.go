@@ -28,6 +28,9 @@ type secure struct {
 	addrOf map[wire.SiteID]netip.AddrPort
 	// Counters for the API and metrics.
 	unsealed, spoofed, unknownDest, pendingDropped uint64
+	// hsCounters reads the handshake path's counters (handshake.go), which
+	// counters reports with the prefix "handshake_".
+	hsCounters func() map[string]uint64
 }
 
 type pendingMsg struct {
@@ -72,19 +75,12 @@ func (s *secure) learn(site wire.SiteID, addr netip.AddrPort) {
 }
 
 // open turns a received datagram into the control datagram the control
-// node should see, or nil. Handshake messages are answered through send.
+// node should see, or nil. Handshake messages take their own path
+// (handshake.go).
 func (s *secure) open(now time.Time, from netip.AddrPort, pkt []byte, send func(netip.AddrPort, []byte)) []byte {
 	switch wire.Type(pkt[2]) {
-	case wire.TypeHandshakeInit, wire.TypeHandshakeResponse:
-		res, err := s.node.HandleHandshake(now, pkt)
-		if res.Reply != nil {
-			send(from, res.Reply)
-		}
-		if err == nil {
-			s.learn(res.Peer, from)
-			s.release(now, res.Peer, send)
-		}
-		return nil
+	case wire.TypeHandshakeInit, wire.TypeHandshakeResponse, wire.TypeCookieReply:
+		return nil // the handshake path's (handshakes.offer), never queued here
 	case wire.TypeSealed:
 		site, inner, err := s.node.OpenControl(pkt)
 		if err != nil {
@@ -191,7 +187,7 @@ func (s *secure) tick(now time.Time, send func(netip.AddrPort, []byte)) {
 // counters returns the secure layer's counters by name.
 func (s *secure) counters() map[string]uint64 {
 	st := s.node.Stats()
-	return map[string]uint64{
+	out := map[string]uint64{
 		"session_initiations":         st.Initiations,
 		"session_responses":           st.Responses,
 		"session_established":         st.Established,
@@ -207,9 +203,18 @@ func (s *secure) counters() map[string]uint64 {
 		"session_malformed":           st.Malformed,
 		"session_expired":             st.Expired,
 		"session_gave_up":             st.GaveUp,
+		"session_bad_mac1":            st.BadMAC1,
+		"session_cookies_received":    st.CookiesReceived,
+		"session_bad_cookie_replies":  st.BadCookieReplies,
 		"control_unsealed_dropped":    s.unsealed,
 		"control_spoofed_sender":      s.spoofed,
 		"control_unknown_destination": s.unknownDest,
 		"control_pending_dropped":     s.pendingDropped,
 	}
+	if s.hsCounters != nil {
+		for k, v := range s.hsCounters() {
+			out["handshake_"+k] = v
+		}
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"sort"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/detour-overlay/detour/internal/scenario"
 	"github.com/detour-overlay/detour/internal/testbed"
+	"github.com/detour-overlay/detour/internal/wire"
 )
 
 func init() {
@@ -52,6 +54,14 @@ const testbedUsage = `usage: detour testbed COMMAND [ARGS]
                                SIGKILL with --kill: a crash) and start it
                                again with the same configuration after D
   scenario NAME                print a shipped scenario's YAML
+  flood FROM TO [--kind random|forged|keyed] [--as SITE] [--spoof]
+        [--duration D] [--port N] [--json]
+                               a lab flood from FROM's gateway to TO's agent,
+                               as fast as one thread sends (sendmmsg): random
+                               bytes, initiations naming SITE (forged: random
+                               Noise bytes; keyed: with a valid mac1), from
+                               random 198.18.0.0/15 sources with --spoof; only
+                               to testbed addresses. Pin it with taskset.
 
 Every command takes --state DIR (default %s, or $DETOUR_TESTBED_STATE).
 `
@@ -67,7 +77,7 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	sub := map[string]func([]string, io.Writer, io.Writer) error{
 		"up": tbUp, "down": tbDown, "status": tbStatus, "exec": tbExec, "link": tbLink,
 		"truth": tbTruth, "traffic": tbTraffic, "scenario": tbScenario, "wanem": tbWanem, "migrate": tbMigrate,
-		"restart-agent": tbRestartAgent,
+		"restart-agent": tbRestartAgent, "flood": tbFlood,
 	}
 	run, ok := sub[args[0]]
 	if !ok {
@@ -454,5 +464,44 @@ func tbRestartAgent(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "agent of %s restarted (pid %d), API answering %.0f ms after the stop\n", pos[0], r.PID, float64(r.Down.Microseconds())/1000)
+	return nil
+}
+
+func tbFlood(args []string, stdout, stderr io.Writer) error {
+	fs, state := newFlags("flood", stderr)
+	kind := fs.String("kind", testbed.FloodForged, "what to send: "+strings.Join(testbed.FloodKinds, ", "))
+	as := fs.String("as", "", "the site the initiations name (forged, keyed)")
+	spoof := fs.Bool("spoof", false, "send from random source addresses in 198.18.0.0/15")
+	dur := fs.Duration("duration", 10*time.Second, "how long to flood")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	port := fs.Int("port", 0, "send to this port of TO instead of its agent's (a control: the same path, no listener)")
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 2, "FROM and TO sites"); err != nil {
+		return err
+	}
+	ns, to, pub, err := testbed.FloodTarget(*state, pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	if *port > 0 && *port < 65536 {
+		to = netip.AddrPortFrom(to.Addr(), uint16(*port))
+	}
+	o := testbed.FloodOptions{NS: ns, To: to, Kind: *kind, Key: pub, Spoof: *spoof, Duration: *dur}
+	if *as != "" {
+		o.As = wire.SiteIDFromName(*as)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r, err := testbed.Flood(ctx, o)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSONOut(stdout, r)
+	}
+	fmt.Fprintf(stdout, "sent %d datagrams in %.1f s (%.0f/s)\n", r.Sent, r.Seconds, r.Rate)
 	return nil
 }

@@ -32,12 +32,31 @@
 // neighbours, and re-tags for the next relay. Receivers keep a sliding
 // replay window of 8128 counters per key (as wireguard-go).
 //
+// # Floods of handshakes
+//
+// A Diffie-Hellman costs a responder about 130 µs, so handshakes are
+// screened first, as in WireGuard (paper §5.4). Both handshake messages end
+// with mac1, keyed by a hash of the receiver's public key, which
+// HandleHandshake checks before anything else: a sender who does not know
+// the key costs one BLAKE2s. A Guard (guard.go, pure: time and queue
+// length passed in) also measures the rate of handshake work (messages
+// with a valid mac1) and, above GuardConfig.LoadRate or with a long queue,
+// puts the site under load for a second: an initiation then needs mac2,
+// keyed by a cookie bound to its source address and a secret renewed
+// every two minutes, or it gets a cookie reply (XChaCha20-Poly1305 under a
+// hash of the responder's key, bound to the initiation's mac1) and no
+// work; the initiator's next retry carries mac2. A token bucket per source
+// address (a bounded table, trusted addresses apart) limits the work that
+// remains and the cookie replies; cookie replies to untrusted sources are
+// capped as a whole.
+//
 // # Per-packet overhead
 //
 //	data, direct path:      28 bytes (12 e2e key id + counter, 16 tag)
 //	data, through relays:   56 bytes (28 + 4 hop key id, 8 hop counter, 16 hop tag)
 //	sealed control message: 36 bytes (type 10: 16 header, 16 tag + the inner datagram)
-//	handshake:              120-byte initiation, 64-byte response, 36-byte keepalive
+//	handshake:              152-byte initiation, 96-byte response, 36-byte keepalive,
+//	                        68-byte cookie reply (only under load)
 //
 // These come on top of the data header (16 + 4 per path entry) and the
 // UDP/IP headers: a 1400-byte underlay MTU leaves 1400 - 28 - 8 - 20 - 16 -

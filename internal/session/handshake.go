@@ -74,6 +74,8 @@ func (n *Node) initiate(now time.Time, p *peer, first bool) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	msg = append(msg, make([]byte, wire.HandshakeMACsLen)...)
+	p.ck.addMACs(now, msg)
 	if first {
 		p.attemptStart = now
 		p.retryDelay = RetryInitial
@@ -88,12 +90,18 @@ func (n *Node) initiate(now time.Time, p *peer, first bool) ([]byte, error) {
 
 // HandleHandshake processes a handshake initiation or response received
 // from the underlay. Errors say why the message was dropped (they are also
-// counted in Stats); a dropped message changes no session.
+// counted in Stats); a dropped message changes no session. It checks mac1
+// before anything else, but neither mac2 nor any rate: that is the
+// Guard's, which should screen every message first.
 func (n *Node) HandleHandshake(now time.Time, pkt []byte) (Result, error) {
 	var m wire.Handshake
 	if err := wire.ParseHandshake(pkt, &m); err != nil {
 		n.stats.handshakeMalformed.Add(1)
 		return Result{}, err
+	}
+	if !n.checker.CheckMAC1(pkt) {
+		n.stats.badMAC1.Add(1)
+		return Result{}, ErrBadMAC1
 	}
 	p := n.peers[m.Sender]
 	if p == nil {
@@ -163,6 +171,8 @@ func (n *Node) respond(now time.Time, p *peer, hs *noise.HandshakeState, theirIn
 	if err != nil {
 		return Result{}, err
 	}
+	out = append(out, make([]byte, wire.HandshakeMACsLen)...)
+	p.ck.addMACs(now, out)
 	age, err := n.rekeyAge(false)
 	if err != nil {
 		return Result{}, err
@@ -204,6 +214,35 @@ func (n *Node) handleResponse(now time.Time, p *peer, m *wire.Handshake) (Result
 		return Result{}, err
 	}
 	return Result{Peer: p.site, Reply: keepalive, Established: true}, nil
+}
+
+// HandleCookieReply takes the cookie of a cookie reply to this site's
+// pending initiation; the initiation's next retry carries mac2 made with
+// it. A reply that matches no pending initiation is dropped before any
+// decryption.
+func (n *Node) HandleCookieReply(now time.Time, pkt []byte) error {
+	var r wire.CookieReply
+	if err := wire.ParseCookieReply(pkt, &r); err != nil {
+		n.stats.handshakeMalformed.Add(1)
+		return err
+	}
+	p := n.peers[r.Sender]
+	if p == nil {
+		n.stats.unknownPeer.Add(1)
+		return ErrUnknownPeer
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hs == nil || r.Index != p.hsIndex {
+		n.stats.badCookieReplies.Add(1)
+		return ErrBadCookieReply
+	}
+	if err := p.ck.consume(now, &r); err != nil {
+		n.stats.badCookieReplies.Add(1)
+		return err
+	}
+	n.stats.cookiesReceived.Add(1)
+	return nil
 }
 
 // Tick runs the timers of every peer: it drops expired and idle sessions,

@@ -74,16 +74,17 @@ func TestHandshakeRejectsUnknownKeys(t *testing.T) {
 	if _, err := b.HandleHandshake(t0, init); !errors.Is(err, ErrUnknownPeer) {
 		t.Fatalf("unlisted site: %v", err)
 	}
-	// The initiator has the wrong key for b: b cannot decrypt it.
+	// The initiator has the wrong key for b: its mac1 does not check, so
+	// b drops it before any Diffie-Hellman.
 	wrong, _ := NewNode(Config{Self: 1, Private: rogueKey, Peers: map[wire.SiteID]keys.PublicKey{2: rogueKey.Public()}, Rand: seeded(7)})
 	init, _ = wrong.Connect(t0, 2)
-	if _, err := b.HandleHandshake(t0, init); !errors.Is(err, ErrAuth) {
+	if _, err := b.HandleHandshake(t0, init); !errors.Is(err, ErrBadMAC1) {
 		t.Fatalf("initiation for another key: %v", err)
 	}
 	if b.Ready(1) || b.peers[1].next.Load() != nil {
 		t.Fatal("a rejected initiation created a session")
 	}
-	if s := b.Stats(); s.HandshakeRejected != 2 || s.UnknownPeer != 1 {
+	if s := b.Stats(); s.HandshakeRejected != 1 || s.UnknownPeer != 1 || s.BadMAC1 != 1 {
 		t.Fatalf("stats %+v", s)
 	}
 }
@@ -104,8 +105,8 @@ func TestHandshakeTamperedHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := bytes.Clone(res.Reply)
-	bad[len(bad)-1] ^= 1
-	if _, err := n[0].HandleHandshake(t0, bad); !errors.Is(err, ErrAuth) {
+	bad[len(bad)-wire.HandshakeMACsLen-1] ^= 1
+	if _, err := n[0].HandleHandshake(t0, bad); !errors.Is(err, ErrBadMAC1) {
 		t.Fatalf("tampered response: %v", err)
 	}
 	// The genuine response still completes after the forgery.

@@ -75,6 +75,7 @@ var (
 	ErrCollision          = errors.New("session: initiation dropped, ours takes precedence")
 	ErrRateLimited        = errors.New("session: initiation rate-limited")
 	ErrUnexpected         = errors.New("session: handshake response matches no initiation")
+	ErrBadMAC1            = errors.New("session: handshake message without a valid mac1")
 )
 
 // Config configures a Node.
@@ -109,9 +110,10 @@ type Node struct {
 	peers  map[wire.SiteID]*peer // immutable after NewNode
 	order  []*peer               // peers sorted by site, for Tick
 
-	mu     sync.Mutex // guards lastTS
-	lastTS [wire.TimestampLen]byte
-	stats  counters
+	mu      sync.Mutex // guards lastTS
+	lastTS  [wire.TimestampLen]byte
+	stats   counters
+	checker *CookieChecker
 }
 
 // NewNode checks cfg and returns a node with no sessions.
@@ -125,6 +127,7 @@ func NewNode(cfg Config) (*Node, error) {
 	}
 	n := &Node{self: cfg.Self, static: cfg.Private, public: cfg.Private.Public(), rand: r,
 		peers: make(map[wire.SiteID]*peer, len(cfg.Peers))}
+	n.checker = NewCookieChecker(cfg.Self, n.public, r)
 	byKey := map[keys.PublicKey]wire.SiteID{}
 	for site, pub := range cfg.Peers {
 		if site == cfg.Self || site == 0 {
@@ -137,13 +140,16 @@ func NewNode(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("session: peers %v and %v have the same public key", other, site)
 		}
 		byKey[pub] = site
-		p := &peer{site: site, static: pub}
+		p := &peer{site: site, static: pub, ck: cookieState{keys: deriveMACKeys(pub)}}
 		n.peers[site] = p
 		n.order = append(n.order, p)
 	}
 	sort.Slice(n.order, func(i, j int) bool { return n.order[i].site < n.order[j].site })
 	return n, nil
 }
+
+// Checker returns the node's cookie checker, for a Guard.
+func (n *Node) Checker() *CookieChecker { return n.checker }
 
 // Self returns this site's ID.
 func (n *Node) Self() wire.SiteID { return n.self }

@@ -39,6 +39,8 @@ type peer struct {
 	// Idle detection.
 	lastActivity uint64
 	lastActive   time.Time
+	// The MACs of the handshake messages sent to this peer.
+	ck cookieState
 }
 
 // byIndex returns the keypair whose local key id is idx, or nil.

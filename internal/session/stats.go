@@ -19,6 +19,9 @@ type Stats struct {
 	Malformed          uint64 // sealed packets that do not parse or are misdirected
 	Expired            uint64 // keypairs dropped for age or disuse
 	GaveUp             uint64 // handshakes abandoned after RekeyAttemptTime
+	BadMAC1            uint64 // handshake messages without a valid mac1 (no Diffie-Hellman spent)
+	CookiesReceived    uint64 // cookie replies taken for a pending initiation
+	BadCookieReplies   uint64 // cookie replies that matched no initiation or did not open
 }
 
 type counters struct {
@@ -26,6 +29,7 @@ type counters struct {
 	handshakeMalformed, handshakeRejected, initiationReplays       atomic.Uint64
 	unknownPeer, noSession, authFailures, hopAuthFailures, replays atomic.Uint64
 	malformed, expired, gaveUp                                     atomic.Uint64
+	badMAC1, cookiesReceived, badCookieReplies                     atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -39,5 +43,6 @@ func (n *Node) Stats() Stats {
 		NoSession: c.noSession.Load(), AuthFailures: c.authFailures.Load(),
 		HopAuthFailures: c.hopAuthFailures.Load(), Replays: c.replays.Load(),
 		Malformed: c.malformed.Load(), Expired: c.expired.Load(), GaveUp: c.gaveUp.Load(),
+		BadMAC1: c.badMAC1.Load(), CookiesReceived: c.cookiesReceived.Load(), BadCookieReplies: c.badCookieReplies.Load(),
 	}
 }

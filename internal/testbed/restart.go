@@ -91,7 +91,7 @@ func stopAgent(st *State, name string, kill bool) int {
 			syscall.Kill(p.PID, syscall.SIGKILL)
 		}
 		p.Kill(3 * time.Second)
-		for deadline := time.Now().Add(3 * time.Second); p.Alive() && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(3 * time.Second); (p.Alive() || !p.threadsGone()) && time.Now().Before(deadline); {
 			time.Sleep(5 * time.Millisecond)
 		}
 		return i

@@ -184,6 +184,20 @@ func (p Proc) Alive() bool {
 	return i < 0 || !strings.HasPrefix(strings.TrimSpace(string(b[i+1:])), "Z")
 }
 
+// threadsGone reports whether no thread of the process is left but its
+// leader. A killed multi-threaded process shows its leader as a zombie
+// while its other threads are still exiting and still hold its files (a
+// bound socket, for one), so Alive turning false is not enough before
+// reusing what the process held.
+func (p Proc) threadsGone() bool {
+	st, err := procStart(p.PID)
+	if err != nil || st != p.Start {
+		return true
+	}
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(p.PID) + "/task")
+	return err != nil || len(tasks) <= 1
+}
+
 // Kill stops the process if it is still the recorded one: SIGTERM, then
 // SIGKILL after grace.
 func (p Proc) Kill(grace time.Duration) {

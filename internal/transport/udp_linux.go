@@ -330,3 +330,49 @@ func toSockaddr(sa *unix.RawSockaddrInet6, ap netip.AddrPort) uint32 {
 	sa.Scope_id = 0
 	return unix.SizeofSockaddrInet6
 }
+
+// SetFilter attaches a classic BPF program to the socket (SO_ATTACH_FILTER),
+// replacing the one attached before: the kernel drops the datagrams it
+// rejects before they are queued to the socket, so they cost this process
+// nothing. Offset 0 of the program is the UDP header.
+func (u *UDP) SetFilter(prog []unix.SockFilter) error {
+	if len(prog) == 0 {
+		return errors.New("transport: empty filter")
+	}
+	var serr error
+	err := u.raw.Control(func(fd uintptr) {
+		fp := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+		serr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fp)
+	})
+	if err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("transport: attach filter: %w", serr)
+	}
+	return nil
+}
+
+// skMeminfoDrops is the index of the drop count in SO_MEMINFO's array
+// (SK_MEMINFO_DROPS of linux/sock_diag.h).
+const skMeminfoDrops = 8
+
+// SocketDrops returns how many datagrams the kernel dropped at this socket
+// (SO_MEMINFO): those its filter rejected (SetFilter) and those that found
+// the receive buffer full.
+func (u *UDP) SocketDrops() (uint64, error) {
+	var info [16]uint32
+	var serr error
+	err := u.raw.Control(func(fd uintptr) {
+		n := uint32(len(info) * 4)
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_MEMINFO,
+			uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&n)), 0)
+		if e != 0 {
+			serr = e
+		}
+	})
+	if err == nil {
+		err = serr
+	}
+	return uint64(info[skMeminfoDrops]), err
+}

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func loopback(t *testing.T) *UDP {
@@ -225,5 +227,53 @@ func BenchmarkUDPOffloads(b *testing.B) {
 	for _, size := range []int{64, 1400} {
 		b.Run(fmt.Sprintf("size=%d/offloads=off", size), func(b *testing.B) { benchUDP(b, size, 65535, false) })
 		b.Run(fmt.Sprintf("size=%d/offloads=on", size), func(b *testing.B) { benchUDP(b, size, 65535, true) })
+	}
+}
+
+// A filter that rejects every datagram keeps them out of the socket, and
+// SocketDrops counts them.
+func TestFilterDropsAndCounts(t *testing.T) {
+	u, err := ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	if err := u.SetFilter([]unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	msgs := make([]Message, 5)
+	for i := range msgs {
+		msgs[i] = Message{Buf: []byte{1, 2, 3}, N: 3, Addr: u.LocalAddr()}
+	}
+	if _, err := s.WriteBatch(msgs); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		n, err := u.SocketDrops()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d datagrams dropped by the filter, want 5", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Accept all again: the next datagram is read.
+	if err := u.SetFilter([]unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0x40000}}); err != nil {
+		t.Fatal(err)
+	}
+	s.WriteBatch(msgs[:1])
+	in := []Message{{Buf: make([]byte, 64)}}
+	if n, err := u.ReadBatch(in); err != nil || n != 1 || in[0].N != 3 {
+		t.Fatalf("read after the filter was lifted: %d %v", n, err)
 	}
 }

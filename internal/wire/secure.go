@@ -1,15 +1,16 @@
 package wire
 
 // This file defines the formats of detour's secure channel: the Noise IK
-// handshake messages, sealed control messages and the sealed encoding of
-// data packets. The cryptography lives in package session; here are only
+// handshake messages and the cookie reply, sealed control messages and the
+// sealed encoding of data packets. The cryptography lives in package session; here are only
 // the layouts and their parsers, which never panic and never allocate.
 
-// Message types of the secure channel. (Type.String does not name them yet.)
+// Message types of the secure channel.
 const (
 	TypeHandshakeInit     Type = 8  // the first Noise IK message
 	TypeHandshakeResponse Type = 9  // the second Noise IK message
 	TypeSealed            Type = 10 // a control message sealed between two sites
+	TypeCookieReply       Type = 11 // a responder under load asks for a cookie MAC
 )
 
 // DataFlagSealed marks a data packet whose frame is sealed end to end (see
@@ -29,14 +30,24 @@ const (
 	// NoiseResponseLen is the length of the second Noise IK message: the
 	// ephemeral key and the encrypted 4-byte sender index.
 	NoiseResponseLen = 32 + (4 + TagLen)
+	// MACLen is the length of each of the two MACs that end a handshake
+	// message (keyed BLAKE2s-128).
+	MACLen = 16
+	// CookieLen is the length of a cookie.
+	CookieLen = 16
+	// CookieNonceLen is the length of the XChaCha20-Poly1305 nonce of a
+	// cookie reply.
+	CookieNonceLen = 24
 )
 
 // A handshake initiation opens a session (Noise_IK_25519_ChaChaPoly_BLAKE2s).
+// It is at version 2 (see HandshakeVersion): two MACs follow the Noise
+// message, as in WireGuard.
 //
 //	 0                   1                   2                   3
 //	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//	|  magic 0xD7   |   version 1   |   type = 8    |  flags = 0    |
+//	|  magic 0xD7   |   version 2   |   type = 8    |  flags = 0    |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	|                        sender site ID                         |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
@@ -45,22 +56,37 @@ const (
 //	|          Noise message 1 (108 bytes): ephemeral key (32),     |
 //	:   static key sealed (48), TAI64N timestamp sealed (28)        :
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|     mac1 (16 bytes): keyed by the responder's public key,     |
+//	:     over bytes 0 to 120                                       :
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|     mac2 (16 bytes): keyed by a cookie from the responder,    |
+//	:     over bytes 0 to 136; zero without a cookie                :
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //
 // The first 12 bytes are the Noise prologue, so they are authenticated.
+// mac1 lets a responder drop, before any public-key operation, messages
+// from senders who do not know its public key; mac2 lets a responder under
+// load drop those from senders who cannot receive at their source address
+// (package session computes both).
 
 // HandshakeHeaderLen is the length of the clear header of both handshake
 // messages.
 const HandshakeHeaderLen = CommonHeaderLen + 8
 
-// HandshakeInitLen is the exact length of a handshake initiation.
-const HandshakeInitLen = HandshakeHeaderLen + NoiseInitLen
+// HandshakeMACsLen is the length of the two MACs that end both handshake
+// messages.
+const HandshakeMACsLen = 2 * MACLen
 
-// A handshake response completes it.
+// HandshakeInitLen is the exact length of a handshake initiation.
+const HandshakeInitLen = HandshakeHeaderLen + NoiseInitLen + HandshakeMACsLen
+
+// A handshake response completes it; it is at version 2 and ends with the
+// same two MACs, mac1 keyed by the initiator's public key.
 //
 //	 0                   1                   2                   3
 //	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//	|  magic 0xD7   |   version 1   |   type = 9    |  flags = 0    |
+//	|  magic 0xD7   |   version 2   |   type = 9    |  flags = 0    |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	|                        sender site ID                         |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
@@ -69,18 +95,24 @@ const HandshakeInitLen = HandshakeHeaderLen + NoiseInitLen
 //	|         Noise message 2 (52 bytes): ephemeral key (32),       |
 //	:         the responder's sender index sealed (4 + 16)          :
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|         mac1 (16 bytes), over bytes 0 to 64                   |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|         mac2 (16 bytes), over bytes 0 to 80                   |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 
 // HandshakeResponseLen is the exact length of a handshake response.
-const HandshakeResponseLen = HandshakeHeaderLen + NoiseResponseLen
+const HandshakeResponseLen = HandshakeHeaderLen + NoiseResponseLen + HandshakeMACsLen
 
 // Handshake is the clear part of a handshake message. Index is the sender
-// index of an initiation and the receiver index of a response. Noise
-// aliases the packet.
+// index of an initiation and the receiver index of a response. Noise, MAC1
+// and MAC2 alias the packet.
 type Handshake struct {
 	Type   Type
 	Sender SiteID
 	Index  uint32
 	Noise  []byte
+	MAC1   []byte
+	MAC2   []byte
 }
 
 // PutHandshakeHeader writes the clear header of a handshake message of type
@@ -91,6 +123,18 @@ func PutHandshakeHeader(b []byte, t Type, sender SiteID, index uint32) {
 	be.PutUint32(b[8:], index)
 }
 
+// HandshakeLen returns the exact length of a handshake message of type t,
+// or 0 if t is not a handshake type.
+func HandshakeLen(t Type) int {
+	switch t {
+	case TypeHandshakeInit:
+		return HandshakeInitLen
+	case TypeHandshakeResponse:
+		return HandshakeResponseLen
+	}
+	return 0
+}
+
 // ParseHandshake decodes a handshake initiation or response. Its length
 // must be exactly that of its type.
 func ParseHandshake(b []byte, m *Handshake) error {
@@ -98,13 +142,8 @@ func ParseHandshake(b []byte, m *Handshake) error {
 	if err != nil {
 		return err
 	}
-	want := 0
-	switch t {
-	case TypeHandshakeInit:
-		want = HandshakeInitLen
-	case TypeHandshakeResponse:
-		want = HandshakeResponseLen
-	default:
+	want := HandshakeLen(t)
+	if want == 0 {
 		return ErrMalformed
 	}
 	if len(b) < want {
@@ -116,7 +155,76 @@ func ParseHandshake(b []byte, m *Handshake) error {
 	m.Type = t
 	m.Sender = SiteID(be.Uint32(b[4:]))
 	m.Index = be.Uint32(b[8:])
-	m.Noise = b[HandshakeHeaderLen:]
+	m.Noise = b[HandshakeHeaderLen : want-HandshakeMACsLen]
+	m.MAC1 = b[want-HandshakeMACsLen : want-MACLen]
+	m.MAC2 = b[want-MACLen : want]
+	if m.Sender == 0 {
+		return ErrMalformed
+	}
+	return nil
+}
+
+// A cookie reply answers a handshake message that a responder under load
+// did not process because its mac2 was missing or wrong. It carries a
+// cookie bound to the address the message came from, sealed so that only
+// the sender of that message can read it (XChaCha20-Poly1305 keyed by a
+// hash of the responder's public key, with the message's mac1 as
+// associated data). It is at version 2.
+//
+//	 0                   1                   2                   3
+//	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|  magic 0xD7   |   version 2   |   type = 11   |  flags = 0    |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                 sender site ID (the responder)                |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|     receiver index (the index of the message answered)        |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                      nonce (24 bytes)                         |
+//	:                                                               :
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|          cookie sealed (16 bytes + 16-byte tag)               |
+//	:                                                               :
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+
+// CookieReplyLen is the exact length of a cookie reply.
+const CookieReplyLen = HandshakeHeaderLen + CookieNonceLen + CookieLen + TagLen
+
+// CookieReply is a parsed cookie reply. Nonce and Sealed alias the packet.
+type CookieReply struct {
+	Sender SiteID
+	Index  uint32
+	Nonce  []byte
+	Sealed []byte
+}
+
+// PutCookieReplyHeader writes the header of a cookie reply into b, which
+// must hold HandshakeHeaderLen bytes; the nonce and sealed cookie follow.
+func PutCookieReplyHeader(b []byte, sender SiteID, index uint32) {
+	PutCommon(b, TypeCookieReply, 0)
+	be.PutUint32(b[4:], uint32(sender))
+	be.PutUint32(b[8:], index)
+}
+
+// ParseCookieReply decodes a cookie reply, whose length must be exact.
+func ParseCookieReply(b []byte, m *CookieReply) error {
+	t, _, err := ParseCommon(b)
+	if err != nil {
+		return err
+	}
+	if t != TypeCookieReply {
+		return ErrMalformed
+	}
+	if len(b) < CookieReplyLen {
+		return ErrTruncated
+	}
+	if len(b) > CookieReplyLen {
+		return ErrMalformed
+	}
+	m.Sender = SiteID(be.Uint32(b[4:]))
+	m.Index = be.Uint32(b[8:])
+	m.Nonce = b[HandshakeHeaderLen : HandshakeHeaderLen+CookieNonceLen]
+	m.Sealed = b[HandshakeHeaderLen+CookieNonceLen:]
 	if m.Sender == 0 {
 		return ErrMalformed
 	}

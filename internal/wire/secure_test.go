@@ -20,7 +20,9 @@ func TestHandshakeHeaderRoundTrip(t *testing.T) {
 		if err := ParseHandshake(b, &m); err != nil {
 			t.Fatalf("%v: %v", c.t, err)
 		}
-		if m.Type != c.t || m.Sender != 0x01020304 || m.Index != 0xa0b0c0d0 || !bytes.Equal(m.Noise, b[HandshakeHeaderLen:]) {
+		macs := c.n - HandshakeMACsLen
+		if m.Type != c.t || m.Sender != 0x01020304 || m.Index != 0xa0b0c0d0 || !bytes.Equal(m.Noise, b[HandshakeHeaderLen:macs]) ||
+			!bytes.Equal(m.MAC1, b[macs:macs+MACLen]) || !bytes.Equal(m.MAC2, b[macs+MACLen:]) {
 			t.Fatalf("%v: parsed %+v", c.t, m)
 		}
 		if err := ParseHandshake(b[:c.n-1], &m); !errors.Is(err, ErrTruncated) {
@@ -30,7 +32,7 @@ func TestHandshakeHeaderRoundTrip(t *testing.T) {
 			t.Fatalf("%v long: %v", c.t, err)
 		}
 	}
-	if HandshakeInitLen != 120 || HandshakeResponseLen != 64 {
+	if HandshakeInitLen != 152 || HandshakeResponseLen != 96 || CookieReplyLen != 68 {
 		t.Fatalf("handshake lengths %d, %d", HandshakeInitLen, HandshakeResponseLen)
 	}
 }
@@ -45,6 +47,57 @@ func TestHandshakeRejectsZeroSenderAndOtherTypes(t *testing.T) {
 	PutHandshakeHeader(b, TypeProbe, 5, 1)
 	if err := ParseHandshake(b, &m); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("probe type: %v", err)
+	}
+}
+
+func TestHandshakeVersion(t *testing.T) {
+	b := make([]byte, HandshakeInitLen)
+	PutHandshakeHeader(b, TypeHandshakeInit, 1, 2)
+	if b[1] != HandshakeVersion {
+		t.Fatalf("initiation written at version %d", b[1])
+	}
+	var m Handshake
+	b[1] = Version // a version 1 initiation, without MACs
+	if err := ParseHandshake(b, &m); !errors.Is(err, ErrBadVersion) {
+		t.Fatalf("version 1 initiation: %v", err)
+	}
+	p := make([]byte, CommonHeaderLen)
+	PutCommon(p, TypeProbe, 0)
+	if _, _, err := ParseCommon(p); err != nil || p[1] != Version {
+		t.Fatalf("probe at version %d: %v", p[1], err)
+	}
+	p[1] = HandshakeVersion
+	if _, _, err := ParseCommon(p); !errors.Is(err, ErrBadVersion) {
+		t.Fatalf("probe at version 2: %v", err)
+	}
+}
+
+func TestCookieReplyRoundTrip(t *testing.T) {
+	b := make([]byte, CookieReplyLen)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	PutCookieReplyHeader(b, 0x0a0b0c0d, 77)
+	var m CookieReply
+	if err := ParseCookieReply(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Sender != 0x0a0b0c0d || m.Index != 77 || !bytes.Equal(m.Nonce, b[12:36]) || !bytes.Equal(m.Sealed, b[36:]) {
+		t.Fatalf("parsed %+v", m)
+	}
+	if err := ParseCookieReply(b[:CookieReplyLen-1], &m); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("short: %v", err)
+	}
+	if err := ParseCookieReply(append(b, 0), &m); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("long: %v", err)
+	}
+	PutCookieReplyHeader(b, 0, 77)
+	if err := ParseCookieReply(b, &m); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("zero sender: %v", err)
+	}
+	PutHandshakeHeader(b, TypeHandshakeResponse, 5, 77)
+	if err := ParseCookieReply(b, &m); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("response type: %v", err)
 	}
 }
 
@@ -131,7 +184,7 @@ func FuzzSecure(f *testing.F) {
 	f.Add(d)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m Handshake
-		if ParseHandshake(b, &m) == nil && len(m.Noise)+HandshakeHeaderLen != len(b) {
+		if ParseHandshake(b, &m) == nil && (len(m.Noise)+HandshakeHeaderLen+HandshakeMACsLen != len(b) || len(m.MAC1) != MACLen || len(m.MAC2) != MACLen) {
 			t.Fatalf("handshake noise length %d of %d", len(m.Noise), len(b))
 		}
 		var s Sealed
@@ -147,6 +200,39 @@ func FuzzSecure(f *testing.F) {
 		if ParseSealedData(b, &dh, off, &sd) == nil {
 			if sd.BodyOff+TagLen > len(b) || (dh.PathLen > 1) != (sd.HopOff != 0) {
 				t.Fatalf("sealed data %+v in %d bytes", sd, len(b))
+			}
+		}
+	})
+}
+
+// FuzzHandshakeV2 feeds arbitrary bytes to the parsers of the version 2
+// handshake messages and the cookie reply: none may panic, accepted
+// messages have the exact length of their type, and their fields tile the
+// packet.
+func FuzzHandshakeV2(f *testing.F) {
+	for _, t := range []Type{TypeHandshakeInit, TypeHandshakeResponse} {
+		b := make([]byte, HandshakeLen(t))
+		PutHandshakeHeader(b, t, 1, 2)
+		f.Add(b)
+	}
+	c := make([]byte, CookieReplyLen)
+	PutCookieReplyHeader(c, 1, 2)
+	f.Add(c)
+	f.Add([]byte{Magic, Version, byte(TypeHandshakeInit), 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var m Handshake
+		if ParseHandshake(b, &m) == nil {
+			if len(b) != HandshakeLen(m.Type) || b[1] != HandshakeVersion || m.Sender == 0 {
+				t.Fatalf("accepted %d-byte %v at version %d", len(b), m.Type, b[1])
+			}
+			if HandshakeHeaderLen+len(m.Noise)+len(m.MAC1)+len(m.MAC2) != len(b) || &m.MAC2[MACLen-1] != &b[len(b)-1] {
+				t.Fatalf("fields do not tile the packet: %d+%d+%d of %d", len(m.Noise), len(m.MAC1), len(m.MAC2), len(b))
+			}
+		}
+		var c CookieReply
+		if ParseCookieReply(b, &c) == nil {
+			if len(b) != CookieReplyLen || b[1] != HandshakeVersion || len(c.Nonce) != CookieNonceLen || len(c.Sealed) != CookieLen+TagLen {
+				t.Fatalf("cookie reply %d bytes, nonce %d, sealed %d", len(b), len(c.Nonce), len(c.Sealed))
 			}
 		}
 	})

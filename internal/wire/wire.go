@@ -8,11 +8,17 @@
 //	 0                   1                   2                   3
 //	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//	|  magic 0xD7   |   version 1   |     type      |    flags      |
+//	|  magic 0xD7   |    version    |     type      |    flags      |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //
 // The type selects the message that follows (see the Type constants). The
 // meaning of the flags depends on the type; unknown flags are ignored.
+//
+// The version is that of the message's type, so one format can change
+// without breaking the others: the handshake messages and the cookie reply
+// (types 8, 9 and 11) are at version 2 since they carry MACs against
+// floods (see secure.go); every other type is at version 1. A message
+// whose version is not the one its type speaks is dropped (ErrBadVersion).
 //
 // Sites are named by a 32-bit SiteID derived from the site's name.
 package wire
@@ -27,8 +33,22 @@ import (
 // Magic is the first byte of every detour datagram.
 const Magic = 0xD7
 
-// Version is the wire format version this package speaks.
+// Version is the wire format version of the data and control messages
+// (types 1 to 7 and 10).
 const Version = 1
+
+// HandshakeVersion is the version of the handshake messages and the cookie
+// reply (types 8, 9 and 11). Version 1 handshakes had no MACs.
+const HandshakeVersion = 2
+
+// VersionOf returns the version messages of type t are written at.
+func VersionOf(t Type) uint8 {
+	switch t {
+	case TypeHandshakeInit, TypeHandshakeResponse, TypeCookieReply:
+		return HandshakeVersion
+	}
+	return Version
+}
 
 // CommonHeaderLen is the length of the common header.
 const CommonHeaderLen = 4
@@ -70,6 +90,8 @@ func (t Type) String() string {
 		return "handshake-response"
 	case TypeSealed:
 		return "sealed"
+	case TypeCookieReply:
+		return "cookie-reply"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
@@ -104,12 +126,13 @@ func (id SiteID) String() string { return fmt.Sprintf("%08x", uint32(id)) }
 // b, which must hold at least CommonHeaderLen bytes.
 func PutCommon(b []byte, t Type, flags uint8) {
 	b[0] = Magic
-	b[1] = Version
+	b[1] = VersionOf(t)
 	b[2] = byte(t)
 	b[3] = flags
 }
 
-// ParseCommon checks the common header of b and returns its type and flags.
+// ParseCommon checks the common header of b, including that its version is
+// the one its type speaks, and returns its type and flags.
 func ParseCommon(b []byte) (Type, uint8, error) {
 	if len(b) < CommonHeaderLen {
 		return 0, 0, ErrTruncated
@@ -117,7 +140,7 @@ func ParseCommon(b []byte) (Type, uint8, error) {
 	if b[0] != Magic {
 		return 0, 0, ErrBadMagic
 	}
-	if b[1] != Version {
+	if b[1] != VersionOf(Type(b[2])) {
 		return 0, 0, ErrBadVersion
 	}
 	return Type(b[2]), b[3], nil
