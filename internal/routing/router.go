@@ -28,7 +28,7 @@ type Config struct {
 	GainFraction float64
 	// Hold is how long a better path must stay better before the switch.
 	Hold time.Duration
-	// NearTieHold is how long a gain below twice the threshold must last
+	// NearTieHold is how long a near tie (see holdFor) must last
 	// instead: such a gain is within the noise of two nearly equal paths
 	// of several links each, and the noise of a link's estimate lasts as
 	// long as the estimator's window (a burst of delay stays in the lower
@@ -412,10 +412,13 @@ func (r *Router) settling(now time.Time, m *Matrix, d *dest, p []wire.SiteID) bo
 }
 
 // holdFor is how long a gain must last before a switch: Hold for a clear
-// gain, NearTieHold for one within twice the threshold, where measurement
-// noise between two nearly equal paths (a tie) could produce it.
+// gain, NearTieHold for a near tie, one that measurement noise between two
+// nearly equal paths could produce: below max(2 × MinGain, 2 × GainFraction
+// × its one-way latency), and below the 2 % that would make the current
+// path one a user calls worse (the oracle bound).
 func (r *Router) holdFor(gain time.Duration, best Metrics) time.Duration {
-	if gain < 2*r.threshold(best) {
+	tie := max(2*r.cfg.MinGain, min(2*r.threshold(best), time.Duration(nearTieFraction*float64(best.OneWay))))
+	if gain < tie {
 		return max(r.cfg.NearTieHold, r.cfg.Hold)
 	}
 	return r.cfg.Hold
@@ -432,6 +435,10 @@ func (r *Router) returning(now time.Time, d *dest, p []wire.SiteID) bool {
 func (r *Router) damped(now time.Time, d *dest) bool {
 	return r.cfg.MinSwitchInterval > 0 && !d.lastSwitch.IsZero() && now.Sub(d.lastSwitch) < r.cfg.MinSwitchInterval
 }
+
+// nearTieFraction caps a near tie at 2 % of the path's one-way latency,
+// the bound within which a path counts as the best (docs/routing.md).
+const nearTieFraction = 0.02
 
 // installKind says how a path is installed.
 type installKind int

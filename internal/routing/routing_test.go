@@ -659,3 +659,21 @@ func TestSettlingLinksAreNotDamped(t *testing.T) {
 		}
 	}
 }
+
+// A gain of more than 2 % of the path is not a near tie: on a 65 ms path,
+// 1.9 ms (2.9 %) moves the route after Hold, while 1.1 ms (1.7 %) waits
+// NearTieHold.
+func TestNearTieCappedAtTwoPercent(t *testing.T) {
+	for _, c := range []struct {
+		gain time.Duration
+		hold time.Duration
+	}{{1900 * time.Microsecond, DefaultConfig().Hold}, {1100 * time.Microsecond, DefaultConfig().NearTieHold}} {
+		r := NewRouter(DefaultConfig(), 1)
+		if got := r.holdFor(c.gain, Metrics{OneWay: 65 * ms}); got != c.hold {
+			t.Errorf("gain %v on a 65 ms path: hold %v, want %v", c.gain, got, c.hold)
+		}
+	}
+	if got := NewRouter(DefaultConfig(), 1).holdFor(900*time.Microsecond, Metrics{OneWay: 20 * ms}); got != DefaultConfig().NearTieHold {
+		t.Errorf("0.9 ms on a 20 ms path: hold %v, want the near-tie hold (a tie is at least 1 ms)", got)
+	}
+}
