@@ -53,6 +53,20 @@ func envInt(name string, def int) int {
 	return def
 }
 
+// envFloat reads a number in (0, 1] from the environment, or def; any
+// other value fails t.
+func envFloat(t *testing.T, name string, def float64) float64 {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f > 0 && f <= 1) {
+		t.Fatalf("%s=%q: want a number in (0, 1]", name, v)
+	}
+	return f
+}
+
 // dialIn connects to addr from inside namespace ns: the socket is created
 // on a thread that entered ns and stays there whatever thread uses it.
 func dialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
