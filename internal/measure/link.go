@@ -32,8 +32,8 @@ const BaseMisses = 5
 
 // falseDown is the probability, per probe, with which a link that loses
 // probes or replies at its measured rate may be declared down by a run of
-// losses alone: at ten probes a second on 380 links, about one false
-// outage a month.
+// losses alone: at ten probes a second on the 380 links of 20 sites, about
+// ten false outages a month in the whole overlay.
 const falseDown = 1e-9
 
 // Errors returned by Link.OnReply.
