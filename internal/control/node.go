@@ -84,12 +84,11 @@ var (
 
 // Node is one site's control plane.
 type Node struct {
-	cfg     Config
-	self    wire.SiteID
-	inc     uint64
-	members map[wire.SiteID]*member
-	db      *linkstate.DB
-
+	cfg      Config
+	self     wire.SiteID
+	inc      uint64
+	members  map[wire.SiteID]*member
+	db       *linkstate.DB
 	orig     *linkstate.Originator
 	router   *routing.Router
 	outbox   []Outgoing
