@@ -93,6 +93,10 @@ type LossWindow struct {
 	cfg     LossConfig
 	buckets []lossBucket // ring, oldest at head
 	head, n int
+	// cached is the last estimate, good until cachedUntil (when its
+	// oldest bucket leaves the span) or the next change of the counts.
+	cached      LossEstimate
+	cachedUntil time.Time
 }
 
 // NewLossWindow returns an empty window.
@@ -102,7 +106,7 @@ func NewLossWindow(cfg LossConfig) *LossWindow {
 }
 
 // Reset forgets every count.
-func (w *LossWindow) Reset() { w.head, w.n = 0, 0 }
+func (w *LossWindow) Reset() { w.head, w.n, w.cachedUntil = 0, 0, time.Time{} }
 
 // at returns the i-th bucket, oldest first.
 func (w *LossWindow) at(i int) *lossBucket { return &w.buckets[(w.head+i)%len(w.buckets)] }
@@ -115,6 +119,7 @@ func (w *LossWindow) Add(now time.Time, sent, lost int) {
 	b := w.at(w.n - 1)
 	b.sent += int64(sent)
 	b.lost += int64(lost)
+	w.cachedUntil = time.Time{}
 }
 
 // open closes the newest bucket (testing for a change of rate), drops
@@ -166,19 +171,28 @@ func (w *LossWindow) testChange() {
 
 // Estimate returns the rate at now over the newest buckets that hold
 // Events losses (or all of those within Span), with its interval.
+// The estimate is kept until the counts change or its oldest bucket
+// leaves the span, so that asking for it on every probe reply costs
+// nothing.
 func (w *LossWindow) Estimate(now time.Time) LossEstimate {
+	if now.Before(w.cachedUntil) {
+		return w.cached
+	}
 	var sent, lost int64
+	until := now.Add(w.cfg.Span)
 	for i := w.n - 1; i >= 0 && lost < int64(w.cfg.Events); i-- {
 		b := w.at(i)
 		if now.Sub(b.start) >= w.cfg.Span {
 			break
 		}
 		sent, lost = sent+b.sent, lost+b.lost
+		until = b.start.Add(w.cfg.Span)
 	}
-	if sent <= 0 {
-		return NewLossEstimate(0, 0, w.cfg.Z)
+	w.cached, w.cachedUntil = NewLossEstimate(0, 0, w.cfg.Z), until
+	if sent > 0 {
+		w.cached = NewLossEstimate(ratio(lost, sent), int(sent), w.cfg.Z)
 	}
-	return NewLossEstimate(ratio(lost, sent), int(sent), w.cfg.Z)
+	return w.cached
 }
 
 // ratio is lost/sent clamped to [0, 1].

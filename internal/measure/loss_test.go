@@ -230,3 +230,21 @@ func TestLinkDownAfterStretchesForLoss(t *testing.T) {
 		t.Error("the lossy link is not up 550 ms after its last reply, or still up at 600 ms")
 	}
 }
+
+// The kept estimate follows the counts and the span: counts added after it
+// are seen at once, and buckets that leave the span leave the estimate.
+func TestLossWindowEstimateFollowsCountsAndSpan(t *testing.T) {
+	cfg := DefaultLossConfig()
+	w := NewLossWindow(cfg)
+	w.Add(t0, 10, 5)
+	if e := w.Estimate(t0.Add(time.Second)); e.Rate != 0.5 || e.Samples != 10 {
+		t.Fatalf("after one bucket: %+v", e)
+	}
+	w.Add(t0.Add(2*time.Second), 10, 0)
+	if e := w.Estimate(t0.Add(3 * time.Second)); e.Rate != 0.25 || e.Samples != 20 {
+		t.Fatalf("after more counts in the same bucket: %+v, want 5 of 20", e)
+	}
+	if e := w.Estimate(t0.Add(cfg.Span + time.Second)); e.Samples != 0 {
+		t.Fatalf("a span later: %+v, want no samples", e)
+	}
+}
