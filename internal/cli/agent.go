@@ -17,14 +17,20 @@ import (
 )
 
 func init() {
-	Register(Command{Name: "agent", Summary: "run a site's overlay daemon (detour agent --config site.yaml)", Run: runAgent})
+	Register(Command{Name: "agent", Summary: "run a site's overlay daemon (detour agent --config site.yaml)", Run: runAgent,
+		Usage: "agent --config FILE [--check] [--log-level LEVEL]\n\n" +
+			"The daemon of a site's gateway: it joins the overlay through the peers of FILE\n" +
+			"(dist/site.example.yaml documents every field), measures every pair and forwards\n" +
+			"the site's virtual networks over the fastest paths. --check reports every mistake\n" +
+			"in FILE at once, then what the agent needs on this machine (root, the bridges,\n" +
+			"the UDP port, the key and token files), and exits 1 if it could not start."})
 }
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "the site's configuration file (YAML)")
-	check := fs.Bool("check", false, "validate the configuration and exit")
+	check := fs.Bool("check", false, "validate the configuration, check what the agent needs at start on this machine (privileges, bridges, ports, key and token files) and exit")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -41,8 +47,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return Fail(stderr, "agent", err)
 	}
 	if *check {
-		fmt.Fprintf(stdout, "%s: valid configuration of site %s\n", *path, cfg.Site)
-		return 0
+		return reportPreflight(stdout, *path, cfg)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 	a, err := agent.New(cfg, agent.Options{Logger: log, Version: Version})
@@ -58,6 +63,22 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return Fail(stderr, "agent", err)
 	}
 	return 0
+}
+
+// reportPreflight prints the findings of agent.Preflight and returns 1
+// when one of them would stop the agent.
+func reportPreflight(stdout io.Writer, path string, cfg *config.Agent) int {
+	code := 0
+	for _, f := range agent.Preflight(cfg) {
+		fmt.Fprintf(stdout, "%s: %s\n", path, f)
+		if f.Problem {
+			code = 1
+		}
+	}
+	if code == 0 {
+		fmt.Fprintf(stdout, "%s: valid configuration of site %s; the agent can start here\n", path, cfg.Site)
+	}
+	return code
 }
 
 // startCPUProfile writes a CPU profile of the agent to file until the

@@ -17,6 +17,10 @@ type Command struct {
 	Name string
 	// Summary is a one-line description shown by "detour help".
 	Summary string
+	// Usage is the command's synopsis after "detour", with a paragraph on
+	// what it does when the summary is not enough; "detour NAME --help"
+	// prints it, the summary and the options.
+	Usage string
 	// Run executes the command with the arguments that follow its name.
 	// It returns the process exit code.
 	Run func(args []string, stdout, stderr io.Writer) int
@@ -39,19 +43,53 @@ var ErrUsage = errors.New("usage")
 
 // Main runs the subcommand named by args[0] and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 || len(args) == 1 && isHelp(args[0]) {
 		usage(stdout)
 		if len(args) == 0 {
 			return 2
 		}
 		return 0
 	}
+	if args[0] == "help" && len(args) == 2 {
+		args = []string{args[1], "--help"}
+	}
 	c, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "detour: unknown command %q (see 'detour help')\n", args[0])
 		return 2
 	}
+	if len(args) == 2 && isHelp(args[1]) {
+		help(stdout, c)
+		return 0
+	}
 	return c.Run(args[1:], stdout, stderr)
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
+// help prints a command's synopsis, summary and options. The options are
+// what the command's flag set prints for -h: the command runs with -h and
+// its output discarded, its flag set's listing kept.
+func help(w io.Writer, c Command) {
+	usage := c.Usage
+	if usage == "" {
+		usage = c.Name
+	}
+	fmt.Fprintf(w, "detour %s: %s\n\nusage: detour %s\n", c.Name, c.Summary, usage)
+	var flags strings.Builder
+	c.Run([]string{"-h"}, io.Discard, &flags)
+	if rest, ok := strings.CutPrefix(flags.String(), "Usage of "); ok {
+		if _, opts, ok := strings.Cut(rest, "\n"); ok && strings.TrimSpace(opts) != "" {
+			fmt.Fprintf(w, "\noptions:\n%s", opts)
+		}
+	}
 }
 
 func usage(w io.Writer) {

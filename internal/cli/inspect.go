@@ -27,12 +27,19 @@ func init() {
 		{"tivs", "show pairs where a detour beats the direct path, and by how much", "/v1/tivs", printTIVs},
 		{"fdb", "show the learned Ethernet addresses", "/v1/fdb", printFDB},
 	} {
-		Register(Command{Name: c.name, Summary: c.summary, Run: func(args []string, stdout, stderr io.Writer) int {
+		Register(Command{Name: c.name, Summary: c.summary, Usage: c.name + " [--api ADDR] [--token-file FILE] [--json]", Run: func(args []string, stdout, stderr io.Writer) int {
 			return inspect(c.name, c.path, c.print, args, stdout, stderr)
 		}})
 	}
-	Register(Command{Name: "why", Summary: "explain the path to one site (detour why SITE)", Run: runWhy})
-	Register(Command{Name: "route", Summary: "operator overrides: route pin|unpin|forbid|allow", Run: runRoute})
+	Register(Command{Name: "why", Summary: "explain the path to one site (detour why SITE)", Run: runWhy,
+		Usage: "why [--api ADDR] [--token-file FILE] [--json] SITE\n\n" +
+			"Shows the path in use to SITE, its cost against the direct path and every\n" +
+			"candidate, the measured delay and loss of each link, and why it was chosen."})
+	Register(Command{Name: "route", Summary: "operator overrides: route pin|unpin|forbid|allow", Run: runRoute,
+		Usage: "route [--socket PATH] pin DEST [VIA...] | unpin DEST | forbid SITE | allow SITE\n\n" +
+			"pin sends this site's traffic to DEST through the sites VIA (none: direct)\n" +
+			"until unpin; forbid keeps every path from relaying through SITE until allow.\n" +
+			"Changes go through the agent's unix socket, as root or a member of group detour."})
 }
 
 // apiFlags declares the flags every command that reads the API takes.

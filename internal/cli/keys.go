@@ -14,12 +14,17 @@ var stdin io.Reader = os.Stdin
 func init() {
 	Register(Command{
 		Name:    "genkey",
-		Summary: "print a new private key (base64) for a site's private_key",
+		Summary: "print a new private key (base64) for a site's private_key_file",
+		Usage: "genkey > FILE\n\n" +
+			"Write the key to a file readable by root only (umask 077 first) and name it\n" +
+			"in the site's private_key_file; give its public key (detour pubkey < FILE)\n" +
+			"to the other sites, for their peers' public_key.",
 		Run:     runGenkey,
 	})
 	Register(Command{
 		Name:    "pubkey",
 		Summary: "read a private key on stdin and print its public key",
+		Usage:   "pubkey < FILE",
 		Run:     runPubkey,
 	})
 }

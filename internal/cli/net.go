@@ -7,12 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/detour-overlay/detour/internal/api"
 )
 
 func init() {
-	Register(Command{Name: "net", Summary: "virtual networks at run time: net list|create|attach|detach|limit|egress", Run: runNet})
+	Register(Command{Name: "net", Summary: "virtual networks at run time: net list|create|attach|detach|limit|egress", Run: runNet,
+		Usage: strings.TrimPrefix(netUsage, "usage:\n  detour ")})
 }
 
 const netUsage = `usage:
@@ -25,7 +27,8 @@ const netUsage = `usage:
 list reads the agent's API (--api ADDR, --token-file F); the others change the
 overlay through the agent's unix socket (--socket PATH or $DETOUR_SOCKET;
 default /run/detour/detour.sock, or /run/detour/netns/NS.sock in network
-namespace NS), as root or a member of group detour. Rates like 20mbit, 1gbit`
+namespace NS), as root or a member of group detour. Rates are in bits per
+second with a unit: 20mbit, 1.5gbit, 800kbit (mbps also means megabits).`
 
 func runNet(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {

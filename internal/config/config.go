@@ -18,7 +18,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/detour-overlay/detour/internal/yamlpath"
 	"net/netip"
 	"os"
 	"regexp"
@@ -28,6 +27,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/detour-overlay/detour/internal/keys"
+	"github.com/detour-overlay/detour/internal/yamlpath"
 )
 
 // Defaults used for fields the file leaves out.
@@ -61,6 +61,10 @@ type Agent struct {
 	// authenticated, and only the peers listed with a public key are
 	// accepted; when empty, the overlay runs in the clear.
 	PrivateKey string `yaml:"private_key,omitempty"`
+	// PrivateKeyFile is a file holding the private key instead (written by
+	// `detour genkey > FILE`, readable by root only), so the configuration
+	// can be shared without the secret. Load reads it into PrivateKey.
+	PrivateKeyFile string `yaml:"private_key_file,omitempty"`
 	// Peers are the other sites this one knows: bootstrap members (those
 	// with an address; one reachable member is enough) and, with
 	// encryption, the accepted set (every site, with its public key).
@@ -137,36 +141,17 @@ type Network struct {
 	MinRate Rate `yaml:"min_rate,omitempty"`
 }
 
-// ErrInvalid is matched (errors.Is) by every validation error.
-var ErrInvalid = errors.New("invalid configuration")
-
-// FieldError names the field at fault and, when known, its line.
-type FieldError struct {
-	Field string
-	Line  int
-	Msg   string
-}
-
-func (e *FieldError) Error() string {
-	switch {
-	case e.Field == "":
-		return e.Msg // a YAML error, which names its own line
-	case e.Line > 0:
-		return fmt.Sprintf("line %d: %s: %s", e.Line, e.Field, e.Msg)
-	}
-	return fmt.Sprintf("%s: %s", e.Field, e.Msg)
-}
-
-// Is makes every FieldError match ErrInvalid.
-func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
-
-// Load reads, decodes, completes with defaults and validates a file.
+// Load reads, decodes, completes with defaults and validates a file, and
+// reads the private key from private_key_file when the file names one.
 func Load(path string) (*Agent, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	a, err := Parse(b)
+	if err == nil && a.PrivateKeyFile != "" {
+		err = a.readKeyFile(b)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -174,31 +159,78 @@ func Load(path string) (*Agent, error) {
 }
 
 // Parse decodes a YAML document strictly (unknown keys are errors), applies
-// defaults and validates. Errors carry the YAML line of the field.
+// defaults and validates. Every problem is reported at once, as Problems
+// naming field and line.
 func Parse(b []byte) (*Agent, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(b, &root); err != nil {
-		return nil, &FieldError{Msg: yamlMessage(err)}
+		return nil, Problems{{Msg: yamlMessage(err)}}
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	var a Agent
+	var decoded Problems
 	if err := dec.Decode(&a); err != nil {
-		return nil, &FieldError{Msg: yamlMessage(err)}
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return nil, Problems{{Msg: yamlMessage(err)}}
+		}
+		decoded = decodeProblems(&root, te)
 	}
 	a.ApplyDefaults()
+	var found Problems
 	if err := a.Validate(); err != nil {
-		var fe *FieldError
-		if errors.As(err, &fe) {
-			fe.Line = yamlpath.Line(&root, fe.Field)
-		}
-		return nil, err
+		found = err.(Problems)
+	}
+	if all := found.place(&root, decoded); len(all) > 0 {
+		return nil, all
 	}
 	return &a, nil
 }
 
-// Marshal encodes the configuration as YAML.
-func (a *Agent) Marshal() ([]byte, error) { return yaml.Marshal(a) }
+// readKeyFile reads the private key from PrivateKeyFile into PrivateKey
+// and checks it. The file must not be readable by others. doc is the
+// configuration file, for the line of the field.
+func (a *Agent) readKeyFile(doc []byte) error {
+	fail := func(format string, args ...any) error {
+		var root yaml.Node
+		_ = yaml.Unmarshal(doc, &root)
+		return Problems{{Field: "private_key_file", Line: yamlpath.Line(&root, "private_key_file"), Msg: fmt.Sprintf(format, args...)}}
+	}
+	st, err := os.Stat(a.PrivateKeyFile)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if st.Mode().Perm()&0o004 != 0 {
+		return fail("%s is readable by everyone (mode %v): chmod 600 it, or 640 for group detour", a.PrivateKeyFile, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(a.PrivateKeyFile)
+	if err != nil {
+		return fail("%v", err)
+	}
+	text := strings.TrimSpace(string(b))
+	priv, err := keys.ParsePrivate(text)
+	if err != nil {
+		return fail("%s: %v (write it with: detour genkey > %s)", a.PrivateKeyFile, err, a.PrivateKeyFile)
+	}
+	for i, p := range a.Peers {
+		if pub, err := keys.ParsePublic(p.PublicKey); err == nil && pub == priv.Public() {
+			return Problems{{Field: fmt.Sprintf("peers[%d].public_key", i), Msg: fmt.Sprintf("is this site's own public key, not site %q's", p.Name)}}
+		}
+	}
+	a.PrivateKey = text
+	return nil
+}
+
+// Marshal encodes the configuration as YAML. A key read from
+// private_key_file stays in its file.
+func (a *Agent) Marshal() ([]byte, error) {
+	c := *a
+	if c.PrivateKeyFile != "" {
+		c.PrivateKey = ""
+	}
+	return yaml.Marshal(&c)
+}
 
 // ApplyDefaults fills the fields the file left out.
 func (a *Agent) ApplyDefaults() {
@@ -233,46 +265,33 @@ var (
 	ifnameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$`)
 )
 
-// Validate checks the whole configuration and returns the first problem
-// as a *FieldError.
+// Validate checks the whole configuration. It returns nil or Problems:
+// every mistake it found, each a *FieldError naming its field.
 func (a *Agent) Validate() error {
+	var pr Problems
 	if a.Site == "" {
-		return &FieldError{Field: "site", Msg: "missing: every agent needs its site name"}
+		pr.add("site", "missing: every agent needs its site name")
+	} else if !nameRE.MatchString(a.Site) {
+		pr.add("site", "%q is not a valid site name (letters, digits, '.', '_', '-'; at most 63)", a.Site)
 	}
-	if !nameRE.MatchString(a.Site) {
-		return &FieldError{Field: "site", Msg: fmt.Sprintf("%q is not a valid site name (letters, digits, '.', '_', '-'; at most 63)", a.Site)}
-	}
-	if err := validateListen(a); err != nil {
-		return err
-	}
-	if err := validatePeers(a); err != nil {
-		return err
-	}
-	if err := validateKeys(a); err != nil {
-		return err
-	}
-	if err := validateNetworks(a.Networks); err != nil {
-		return err
-	}
-	if err := validateAPI(a); err != nil {
-		return err
-	}
+	validateListen(a, &pr)
+	validatePeers(a, &pr)
+	validateKeys(a, &pr)
+	validateNetworks(a.Networks, &pr)
+	validateAPI(a, &pr)
 	if a.ProbeInterval < 10*time.Millisecond || a.ProbeInterval > 5*time.Second {
-		return &FieldError{Field: "probe_interval", Msg: fmt.Sprintf("%v is outside 10ms..5s", a.ProbeInterval)}
-	}
-	if a.MaxProbeRate < 0 || time.Duration(a.MaxProbeRate)*a.ProbeInterval < time.Second {
-		return &FieldError{Field: "max_probe_rate", Msg: fmt.Sprintf("%d/s does not allow even one peer every probe_interval (%v)", a.MaxProbeRate, a.ProbeInterval)}
+		pr.add("probe_interval", "%v is outside 10ms..5s", a.ProbeInterval)
+	} else if a.MaxProbeRate < 0 || time.Duration(a.MaxProbeRate)*a.ProbeInterval < time.Second {
+		pr.add("max_probe_rate", "%d/s does not allow even one peer every probe_interval (%v)", a.MaxProbeRate, a.ProbeInterval)
 	}
 	if a.UnderlayMTU != 0 && (a.UnderlayMTU < 576 || a.UnderlayMTU > 65535) {
-		return &FieldError{Field: "underlay_mtu", Msg: fmt.Sprintf("%d is outside 576..65535", a.UnderlayMTU)}
+		pr.add("underlay_mtu", "%d is outside 576..65535", a.UnderlayMTU)
 	}
-	if err := validateRates(a); err != nil {
-		return err
-	}
+	validateRates(a, &pr)
 	if a.MaxHops < 1 || a.MaxHops > maxPath {
-		return &FieldError{Field: "max_hops", Msg: fmt.Sprintf("%d is outside 1..%d", a.MaxHops, maxPath)}
+		pr.add("max_hops", "%d is outside 1..%d", a.MaxHops, maxPath)
 	}
-	return nil
+	return pr.err()
 }
 
 // maxSocketPath is the longest path a unix socket address holds.
@@ -281,176 +300,166 @@ const maxSocketPath = 107
 // validateAPI checks the API's TCP address, socket and token: a TCP
 // address other than loopback is reachable from other machines, so it
 // needs a token.
-func validateAPI(a *Agent) error {
+func validateAPI(a *Agent, pr *Problems) {
 	ap, err := netip.ParseAddrPort(a.API)
-	if err != nil {
-		return &FieldError{Field: "api", Msg: fmt.Sprintf("%q is not an IP:port address", a.API)}
-	}
-	if !ap.Addr().IsLoopback() && a.APITokenFile == "" {
-		return &FieldError{Field: "api", Msg: fmt.Sprintf("%s is not a loopback address, so the API needs a token: set api_token_file (a file readable by root) or listen on 127.0.0.1", a.API)}
+	switch {
+	case err != nil:
+		pr.add("api", "%q is not an IP:port address", a.API)
+	case !ap.Addr().IsLoopback() && a.APITokenFile == "":
+		pr.add("api", "%s is not a loopback address, so the API needs a token: set api_token_file (a file readable by root) or listen on 127.0.0.1", a.API)
 	}
 	if a.APITokenFile != "" && !strings.HasPrefix(a.APITokenFile, "/") {
-		return &FieldError{Field: "api_token_file", Msg: fmt.Sprintf("%q is not an absolute path", a.APITokenFile)}
+		pr.add("api_token_file", "%q is not an absolute path", a.APITokenFile)
 	}
 	if a.APISocket != "" && (!strings.HasPrefix(a.APISocket, "/") || len(a.APISocket) > maxSocketPath) {
-		return &FieldError{Field: "api_socket", Msg: fmt.Sprintf("%q is not an absolute path of at most %d bytes", a.APISocket, maxSocketPath)}
+		pr.add("api_socket", "%q is not an absolute path of at most %d bytes", a.APISocket, maxSocketPath)
 	}
-	return nil
 }
 
-func validateListen(a *Agent) error {
+func validateListen(a *Agent, pr *Problems) {
 	if a.Listen == "" {
-		return &FieldError{Field: "listen", Msg: "missing: the UDP address (IP:port) to bind on the underlay"}
+		pr.add("listen", "missing: the UDP address (IP:port) to bind on the underlay")
+		return
 	}
 	lp, err := netip.ParseAddrPort(a.Listen)
 	if err != nil || lp.Port() == 0 {
-		return &FieldError{Field: "listen", Msg: fmt.Sprintf("%q is not an IP:port address with a non-zero port", a.Listen)}
+		pr.add("listen", "%q is not an IP:port address with a non-zero port", a.Listen)
+		return
 	}
 	if a.Advertise != "" {
 		ap, err := netip.ParseAddrPort(a.Advertise)
 		if err != nil || ap.Port() == 0 || ap.Addr().IsUnspecified() {
-			return &FieldError{Field: "advertise", Msg: fmt.Sprintf("%q is not a reachable IP:port address", a.Advertise)}
+			pr.add("advertise", "%q is not a reachable IP:port address", a.Advertise)
 		}
 	} else if lp.Addr().IsUnspecified() {
-		return &FieldError{Field: "advertise", Msg: "missing: listen is a wildcard address, so peers need an advertised IP:port"}
+		pr.add("advertise", "missing: listen is a wildcard address, so peers need an advertised IP:port")
 	}
-	return nil
 }
 
-func validatePeers(a *Agent) error {
+func validatePeers(a *Agent, pr *Problems) {
 	seen := map[string]bool{a.Site: true}
 	for i, p := range a.Peers {
 		field := fmt.Sprintf("peers[%d]", i)
-		if p.Name == "" {
-			return &FieldError{Field: field + ".name", Msg: "missing"}
-		}
-		if !nameRE.MatchString(p.Name) {
-			return &FieldError{Field: field + ".name", Msg: fmt.Sprintf("%q is not a valid site name", p.Name)}
-		}
-		if seen[p.Name] {
-			what := "duplicate site name"
-			if p.Name == a.Site {
-				what = "is this site's own name"
-			}
-			return &FieldError{Field: field + ".name", Msg: fmt.Sprintf("%q %s", p.Name, what)}
+		switch {
+		case p.Name == "":
+			pr.add(field+".name", "missing")
+		case !nameRE.MatchString(p.Name):
+			pr.add(field+".name", "%q is not a valid site name", p.Name)
+		case p.Name == a.Site:
+			pr.add(field+".name", "%q is this site's own name", p.Name)
+		case seen[p.Name]:
+			pr.add(field+".name", "%q duplicate site name", p.Name)
 		}
 		seen[p.Name] = true
 		if p.Address == "" {
 			if p.PublicKey == "" {
-				return &FieldError{Field: field + ".address", Msg: "missing: a peer needs an address (to join through it) or a public_key (to accept it)"}
+				pr.add(field+".address", "missing: a peer needs an address (to join through it) or a public_key (to accept it)")
 			}
 			continue
 		}
 		ap, err := netip.ParseAddrPort(p.Address)
 		if err != nil || ap.Port() == 0 || ap.Addr().IsUnspecified() {
-			return &FieldError{Field: field + ".address", Msg: fmt.Sprintf("%q is not an IP:port address", p.Address)}
+			pr.add(field+".address", "%q is not an IP:port address", p.Address)
 		}
 	}
-	return nil
 }
 
 // validateRates checks that guarantees fit under ceilings and the site's
 // egress capacity.
-func validateRates(a *Agent) error {
+func validateRates(a *Agent, pr *Problems) {
 	var sum Rate
 	for i, n := range a.Networks {
 		if n.MaxRate > 0 && n.MinRate > n.MaxRate {
-			return &FieldError{Field: fmt.Sprintf("networks[%d].min_rate", i), Msg: fmt.Sprintf("%v exceeds max_rate %v", n.MinRate, n.MaxRate)}
+			pr.add(fmt.Sprintf("networks[%d].min_rate", i), "%v exceeds max_rate %v", n.MinRate, n.MaxRate)
 		}
 		sum += n.MinRate
 	}
 	if sum > 0 && a.EgressRate == 0 {
-		return &FieldError{Field: "egress_rate", Msg: "missing: networks have a min_rate, which is guaranteed within the site's egress_rate"}
+		pr.add("egress_rate", "missing: networks have a min_rate, which is guaranteed within the site's egress_rate")
 	}
 	if a.EgressRate > 0 && sum > a.EgressRate {
-		return &FieldError{Field: "egress_rate", Msg: fmt.Sprintf("%v is less than the networks' guaranteed rates (%v in all)", a.EgressRate, sum)}
+		pr.add("egress_rate", "%v is less than the networks' guaranteed rates (%v in all)", a.EgressRate, sum)
 	}
-	return nil
 }
 
 // validateKeys checks that the keys parse and that encryption is either
-// configured for every peer or for none.
-func validateKeys(a *Agent) error {
+// configured for every peer or for none. The key in private_key_file is
+// read and checked by Load.
+func validateKeys(a *Agent, pr *Problems) {
 	var own keys.PublicKey
-	if a.PrivateKey != "" {
+	switch {
+	case a.PrivateKey != "" && a.PrivateKeyFile != "":
+		pr.add("private_key_file", "set together with private_key: give the key in one place only")
+	case a.PrivateKeyFile != "" && !strings.HasPrefix(a.PrivateKeyFile, "/"):
+		pr.add("private_key_file", "%q is not an absolute path", a.PrivateKeyFile)
+	case a.PrivateKey != "":
 		priv, err := keys.ParsePrivate(a.PrivateKey)
 		if err != nil {
-			return &FieldError{Field: "private_key", Msg: err.Error()}
+			pr.add("private_key", "%v", err)
+			break
 		}
 		own = priv.Public()
 	}
+	encrypted := a.Encrypted()
+	missingOwn := false
 	for i, p := range a.Peers {
 		field := fmt.Sprintf("peers[%d].public_key", i)
 		switch {
-		case p.PublicKey == "" && a.PrivateKey != "":
-			return &FieldError{Field: field, Msg: fmt.Sprintf("missing: with a private_key, every peer needs its public key (site %q)", p.Name)}
-		case p.PublicKey != "" && a.PrivateKey == "":
-			return &FieldError{Field: "private_key", Msg: "missing: peers have public keys, so this site needs its private key (detour genkey)"}
+		case p.PublicKey == "" && encrypted:
+			pr.add(field, "missing: with a private key, every peer needs its public key (site %q)", p.Name)
+		case p.PublicKey != "" && !encrypted:
+			missingOwn = true
 		case p.PublicKey != "":
 			pub, err := keys.ParsePublic(p.PublicKey)
 			if err != nil {
-				return &FieldError{Field: field, Msg: err.Error()}
-			}
-			if pub == own {
-				return &FieldError{Field: field, Msg: fmt.Sprintf("is this site's own public key, not site %q's", p.Name)}
+				pr.add(field, "%v", err)
+			} else if pub == own {
+				pr.add(field, "is this site's own public key, not site %q's", p.Name)
 			}
 		}
 	}
-	return nil
+	if missingOwn {
+		pr.add("private_key", "missing: peers have public keys, so this site needs its private key (private_key_file, from detour genkey)")
+	}
 }
 
-// Encrypted reports whether the overlay runs encrypted.
-func (a *Agent) Encrypted() bool { return a.PrivateKey != "" }
+// Encrypted reports whether the overlay runs encrypted: the site has a
+// private key, in the file or in a file it names.
+func (a *Agent) Encrypted() bool { return a.PrivateKey != "" || a.PrivateKeyFile != "" }
 
-func validateNetworks(ns []Network) error {
+func validateNetworks(ns []Network, pr *Problems) {
 	ids := map[uint32]bool{}
 	names := map[string]bool{}
 	taps := map[string]bool{}
 	for i, n := range ns {
 		field := fmt.Sprintf("networks[%d]", i)
+		if !nameRE.MatchString(n.Name) {
+			pr.add(field+".name", "%q is not a valid network name", n.Name)
+		} else if names[n.Name] {
+			pr.add(field+".name", "duplicate network %q", n.Name)
+		}
+		if n.ID == 0 {
+			pr.add(field+".id", "missing or zero: every network needs a non-zero identifier")
+		} else if ids[n.ID] {
+			pr.add(field+".id", "duplicate network id %d", n.ID)
+		}
 		switch {
-		case !nameRE.MatchString(n.Name):
-			return &FieldError{Field: field + ".name", Msg: fmt.Sprintf("%q is not a valid network name", n.Name)}
-		case names[n.Name]:
-			return &FieldError{Field: field + ".name", Msg: fmt.Sprintf("duplicate network %q", n.Name)}
-		case n.ID == 0:
-			return &FieldError{Field: field + ".id", Msg: "missing or zero: every network needs a non-zero identifier"}
-		case ids[n.ID]:
-			return &FieldError{Field: field + ".id", Msg: fmt.Sprintf("duplicate network id %d", n.ID)}
 		case n.TAP == "":
-			return &FieldError{Field: field + ".tap", Msg: "missing: the TAP device name"}
+			pr.add(field+".tap", "missing: the TAP device name")
 		case !ifnameRE.MatchString(n.TAP):
-			return &FieldError{Field: field + ".tap", Msg: fmt.Sprintf("%q is not a valid interface name (at most 15 characters)", n.TAP)}
+			pr.add(field+".tap", "%q is not a valid interface name (at most 15 characters)", n.TAP)
 		case taps[n.TAP]:
-			return &FieldError{Field: field + ".tap", Msg: fmt.Sprintf("duplicate TAP device %q", n.TAP)}
-		case n.Bridge != "" && !ifnameRE.MatchString(n.Bridge):
-			return &FieldError{Field: field + ".bridge", Msg: fmt.Sprintf("%q is not a valid interface name", n.Bridge)}
-		case n.MTU < 576 || n.MTU > 65000:
-			return &FieldError{Field: field + ".mtu", Msg: fmt.Sprintf("%d is outside 576..65000", n.MTU)}
-		case n.QueueLen != 0 && (n.QueueLen < MinQueueLen || n.QueueLen > MaxQueueLen):
-			return &FieldError{Field: field + ".queue_len", Msg: fmt.Sprintf("%d frames is outside %d..%d (0 keeps the kernel's default)", n.QueueLen, MinQueueLen, MaxQueueLen)}
+			pr.add(field+".tap", "duplicate TAP device %q", n.TAP)
+		}
+		if n.Bridge != "" && !ifnameRE.MatchString(n.Bridge) {
+			pr.add(field+".bridge", "%q is not a valid interface name", n.Bridge)
+		}
+		if n.MTU < 576 || n.MTU > 65000 {
+			pr.add(field+".mtu", "%d is outside 576..65000", n.MTU)
+		}
+		if n.QueueLen != 0 && (n.QueueLen < MinQueueLen || n.QueueLen > MaxQueueLen) {
+			pr.add(field+".queue_len", "%d frames is outside %d..%d (0 keeps the kernel's default)", n.QueueLen, MinQueueLen, MaxQueueLen)
 		}
 		names[n.Name], ids[n.ID], taps[n.TAP] = true, true, true
 	}
-	return nil
-}
-
-// unknownField matches the YAML decoder's report of an unknown key.
-var unknownField = regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
-
-// yamlMessage turns a YAML error, which may span several lines, into one
-// line: "line 4: unknown field "adress"; line 9: ...".
-func yamlMessage(err error) string {
-	var parts []string
-	for _, l := range strings.Split(err.Error(), "\n") {
-		l = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "yaml: "))
-		if l == "" || l == "unmarshal errors:" {
-			continue
-		}
-		if m := unknownField.FindStringSubmatch(l); m != nil {
-			l = fmt.Sprintf("line %s: unknown field %q", m[1], m[2])
-		}
-		parts = append(parts, l)
-	}
-	return strings.Join(parts, "; ")
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -152,5 +153,128 @@ func TestRates(t *testing.T) {
 	}
 	if s := Rate(20e6).String(); s != "20mbit" {
 		t.Errorf("String = %q", s)
+	}
+}
+
+func TestRatesInBytesRefused(t *testing.T) {
+	for _, bad := range []string{"20MB", "20MBps", "20MB/s", "800KB", "1GiB", "20 bytes"} {
+		if _, err := ParseRate(bad); err == nil || !strings.Contains(err.Error(), "in bytes") {
+			t.Errorf("ParseRate(%q) = %v, want a refusal of bytes", bad, err)
+		}
+	}
+	for _, ok := range []string{"20mbps", "20Mbit", "20mbit/s"} {
+		if r, err := ParseRate(ok); err != nil || r != 20e6 {
+			t.Errorf("ParseRate(%q) = %v, %v; want 20mbit", ok, r, err)
+		}
+	}
+}
+
+// A file with five different mistakes gets five errors in one run, each
+// with its field and line, and a misspelt key does not also report the
+// field it was meant to be as missing.
+func TestEveryMistakeAtOnce(t *testing.T) {
+	doc := `site: fujisawa
+listen: 198.18.0.1:4800
+probe_interval: 100
+egress_rate: 20MB/s
+max_hops: 12
+peers:
+  - name: inagi
+    adress: 198.18.0.2:4800
+networks:
+  - name: lan
+    id: 0
+    tap: detour0
+`
+	_, err := Parse([]byte(doc))
+	var pr Problems
+	if !errors.As(err, &pr) {
+		t.Fatalf("error %v is not Problems", err)
+	}
+	want := []string{
+		`line 3: probe_interval: "100" is not a duration`,
+		`line 4: egress_rate: "20MB/s" is a rate in bytes`,
+		`line 5: max_hops: 12 is outside 1..8`,
+		`line 8: unknown field "adress" (did you mean "address"?)`,
+		`line 11: networks[0].id: missing or zero`,
+	}
+	if len(pr) != len(want) {
+		t.Fatalf("got %d problems, want %d:\n%v", len(pr), len(want), err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(pr[i].Error(), w) {
+			t.Errorf("problem %d = %q, want it to start with %q", i, pr[i], w)
+		}
+	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Error("Problems does not match ErrInvalid")
+	}
+}
+
+func TestPrivateKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := dir + "/site.key"
+	doc := func(extra string) string {
+		return "site: a\nlisten: 198.18.0.1:1\nprivate_key_file: " + keyFile + "\n" + extra + "peers:\n  - name: b\n    address: 198.18.0.2:1\n    public_key: " + pubB + "\n"
+	}
+	write := func(content string, mode os.FileMode) string {
+		t.Helper()
+		if err := os.WriteFile(keyFile, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(keyFile, mode); err != nil {
+			t.Fatal(err)
+		}
+		cfg := dir + "/site.yaml"
+		if err := os.WriteFile(cfg, []byte(doc("")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	a, err := Load(write(privA+"\n", 0o600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.PrivateKey != privA || !a.Encrypted() {
+		t.Errorf("key from file not loaded: %q", a.PrivateKey)
+	}
+	if b, _ := a.Marshal(); strings.Contains(string(b), privA) {
+		t.Errorf("Marshal wrote the key from the file into the config:\n%s", b)
+	}
+	for _, c := range []struct {
+		content string
+		mode    os.FileMode
+		want    string
+	}{
+		{privA, 0o644, "line 3: private_key_file: " + keyFile + " is readable by everyone"},
+		{"not a key", 0o600, "line 3: private_key_file: " + keyFile + ": bad key"},
+	} {
+		if _, err := Load(write(c.content, c.mode)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("key file %q mode %v: error %v, want %q", c.content, c.mode, err, c.want)
+		}
+	}
+	if err := os.Remove(keyFile); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir + "/site.yaml"); err == nil || !strings.Contains(err.Error(), "private_key_file: stat") {
+		t.Errorf("missing key file: %v", err)
+	}
+	if _, err := Parse([]byte(doc("private_key: " + privA + "\n"))); err == nil || !strings.Contains(err.Error(), "in one place only") {
+		t.Errorf("key in both places: %v", err)
+	}
+}
+
+// The shipped example configuration is valid and carries no private key.
+func TestExampleConfig(t *testing.T) {
+	b, err := os.ReadFile("../../dist/site.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Parse(b)
+	if err != nil {
+		t.Fatalf("dist/site.example.yaml: %v", err)
+	}
+	if a.PrivateKey != "" || a.PrivateKeyFile == "" {
+		t.Errorf("the example has private_key %q and private_key_file %q; want only a file", a.PrivateKey, a.PrivateKeyFile)
 	}
 }

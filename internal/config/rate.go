@@ -2,16 +2,27 @@ package config
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Rate is a bit rate in bits per second, written in YAML as "20mbit",
-// "1.5gbit", "800kbit" or a plain number of bits per second.
+// "1.5gbit", "800kbit" or a plain number of bits per second. "bps" means
+// bits per second too ("10mbps" is 10 megabits); rates in bytes ("MB/s",
+// "MBps") are refused rather than guessed.
 type Rate float64
+
+// rateHelp is the reminder every rate error ends with.
+const rateHelp = "give bits per second with a unit: 20mbit, 1.5gbit, 800kbit (mbps also means megabits)"
 
 // ParseRate parses a rate such as "20mbit" or "1gbit/s".
 func ParseRate(s string) (Rate, error) {
+	if bytesUnit.MatchString(strings.TrimSpace(s)) {
+		return 0, fmt.Errorf("%q is a rate in bytes: %s", s, rateHelp)
+	}
 	t := strings.ToLower(strings.TrimSpace(s))
 	t = strings.TrimSuffix(t, "/s")
 	if strings.HasSuffix(t, "bps") {
@@ -29,9 +40,27 @@ func ParseRate(s string) (Rate, error) {
 	}
 	v, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
 	if err != nil || v < 0 {
-		return 0, fmt.Errorf("%q is not a rate (e.g. 20mbit, 1gbit, 800kbit)", s)
+		return 0, fmt.Errorf("%q is not a rate: %s", s, rateHelp)
 	}
 	return Rate(v * mult), nil
+}
+
+// bytesUnit matches a unit in bytes: a capital B ("MB", "MBps", "KB/s")
+// or the word byte.
+var bytesUnit = regexp.MustCompile(`(?i:[kmgt]?i?)B(ps|/s)?$|(?i)bytes?(/s)?$`)
+
+// UnmarshalYAML reads a rate; a bad one is reported with its line and the
+// rest of the file is still read, so every mistake shows at once.
+func (r *Rate) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseRate(n.Value)
+	if err != nil || n.Kind != yaml.ScalarNode {
+		if err == nil {
+			err = fmt.Errorf("not a single value: %s", rateHelp)
+		}
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+	}
+	*r = v
+	return nil
 }
 
 // UnmarshalText implements encoding.TextUnmarshaler for YAML and JSON.
