@@ -19,7 +19,7 @@ func init() {
 			"Write the key to a file readable by root only (umask 077 first) and name it\n" +
 			"in the site's private_key_file; give its public key (detour pubkey < FILE)\n" +
 			"to the other sites, for their peers' public_key.",
-		Run:     runGenkey,
+		Run: runGenkey,
 	})
 	Register(Command{
 		Name:    "pubkey",
