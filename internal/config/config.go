@@ -101,6 +101,9 @@ type Agent struct {
 	// the interface of the listen address (a wildcard listen address);
 	// zero means 1500.
 	UnderlayMTU int `yaml:"underlay_mtu,omitempty"`
+	// KVPools are memcached pools behind virtual addresses, routed by key
+	// at every gateway (see KVPool).
+	KVPools []KVPool `yaml:"kv_pools,omitempty"`
 	// TestClockOffset shifts this agent's clock; it exists only so tests can
 	// show that routing needs no synchronised clocks.
 	TestClockOffset time.Duration `yaml:"test_clock_offset,omitempty"`
@@ -139,6 +142,10 @@ type Network struct {
 	// MinRate is the egress this network is guaranteed when networks
 	// compete for the site's egress_rate.
 	MinRate Rate `yaml:"min_rate,omitempty"`
+	// Subnet is the IPv4 prefix the network's hosts use (e.g. 10.20.0.0/16),
+	// needed when key-value pools serve the network. detour forwards
+	// Ethernet frames and needs no subnet otherwise.
+	Subnet string `yaml:"subnet,omitempty"`
 }
 
 // Load reads, decodes, completes with defaults and validates a file, and
@@ -258,6 +265,9 @@ func (a *Agent) ApplyDefaults() {
 			n.MTU = DefaultMTU
 		}
 	}
+	for i := range a.KVPools {
+		a.KVPools[i].applyDefaults()
+	}
 }
 
 var (
@@ -288,6 +298,7 @@ func (a *Agent) Validate() error {
 		pr.add("underlay_mtu", "%d is outside 576..65535", a.UnderlayMTU)
 	}
 	validateRates(a, &pr)
+	validateKVPools(a, &pr)
 	if a.MaxHops < 1 || a.MaxHops > maxPath {
 		pr.add("max_hops", "%d is outside 1..%d", a.MaxHops, maxPath)
 	}
@@ -456,6 +467,9 @@ func validateNetworks(ns []Network, pr *Problems) {
 		}
 		if n.MTU < 576 || n.MTU > 65000 {
 			pr.add(field+".mtu", "%d is outside 576..65000", n.MTU)
+		}
+		if n.Subnet != "" && !n.prefix().IsValid() {
+			pr.add(field+".subnet", "%q is not an IPv4 prefix of at most /30 (e.g. 10.20.0.0/16)", n.Subnet)
 		}
 		if n.QueueLen != 0 && (n.QueueLen < MinQueueLen || n.QueueLen > MaxQueueLen) {
 			pr.add(field+".queue_len", "%d frames is outside %d..%d (0 keeps the kernel's default)", n.QueueLen, MinQueueLen, MaxQueueLen)
