@@ -188,4 +188,3 @@ func isBroadcast(a netip.Addr, p netip.Prefix) bool {
 	v |= host
 	return a == netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}) && p.Bits() < 31
 }
-
