@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 
@@ -39,8 +41,8 @@ func Preflight(cfg *config.Agent) []Finding {
 	problem := func(field, format string, args ...any) {
 		fs = append(fs, Finding{Problem: true, Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
-	if os.Geteuid() != 0 {
-		problem("networks", "the agent must run as root (or with CAP_NET_ADMIN) to open its TAP devices")
+	if !hasNetAdmin() {
+		problem("networks", "the agent needs root or CAP_NET_ADMIN to open its TAP devices (dist/detour.service grants it)")
 	}
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		problem("networks", "no /dev/net/tun on this machine (modprobe tun): %v", err)
@@ -68,6 +70,25 @@ func Preflight(cfg *config.Agent) []Finding {
 		fs = append(fs, Finding{Field: "private_key_file", Msg: "not set: the overlay runs in the clear, and anyone on the path can read, change and inject its frames; give every site a key (detour genkey) before using it over the Internet"})
 	}
 	return fs
+}
+
+// capNetAdmin is CAP_NET_ADMIN's bit in the capability sets.
+const capNetAdmin = 12
+
+// hasNetAdmin reports whether this process has CAP_NET_ADMIN in its
+// effective set (root has it unless a bounding set took it away).
+func hasNetAdmin() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return os.Geteuid() == 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if hex, ok := strings.CutPrefix(l, "CapEff:"); ok {
+			v, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+			return err == nil && v&(1<<capNetAdmin) != 0
+		}
+	}
+	return os.Geteuid() == 0
 }
 
 // checkBridge says what is wrong with the bridge named name, or "".
