@@ -49,6 +49,7 @@ packages=(
 	nutcracker     # twemproxy baseline
 	python3-venv   # a Python environment for matplotlib (see install_plotting)
 	procps         # ps, pgrep for diagnostics
+	chromium       # the map page's test in a real browser (headless)
 	curl           # the Go toolchain download
 	ca-certificates
 	unzip

@@ -23,6 +23,7 @@ import (
 	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/edge"
 	"github.com/detour-overlay/detour/internal/fdb"
+	"github.com/detour-overlay/detour/internal/history"
 	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
@@ -51,6 +52,7 @@ type Agent struct {
 	node        *control.Node
 	table       *routing.Table
 	changes     map[wire.SiteID]uint64 // path changes per destination
+	history     *history.Recorder      // links' last hour and route changes, for the API
 	sec         *secure                // nil when the overlay runs in the clear
 	hs          *handshakes            // the handshake path, with sec
 	lastNow     time.Time              // the latest time given to the node
@@ -89,7 +91,7 @@ func New(cfg *config.Agent, opt Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: opt.Logger, clock: opt.Clock, conn: opt.Conn, version: opt.Version,
-		ctlIn: make(chan ctlPacket, 1024), changes: map[wire.SiteID]uint64{}, netCfg: map[uint32]config.Network{}}
+		ctlIn: make(chan ctlPacket, 1024), changes: map[wire.SiteID]uint64{}, history: history.New(time.Now()), netCfg: map[uint32]config.Network{}}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -394,7 +396,8 @@ func (a *Agent) flush() {
 	changes := a.describeSwitches(a.node.Switches())
 	a.mu.Unlock()
 	for _, c := range changes {
-		a.log.Info("route changed", c...)
+		a.log.Info("route changed", "dest", c.Dest, "from", strings.Join(c.From, ">"), "to", strings.Join(c.To, ">"), "reason", c.Reason)
+		a.history.RouteChange(c)
 	}
 	if len(msgs) > 0 {
 		if err := a.engine.Send(msgs); err != nil {
@@ -406,14 +409,14 @@ func (a *Agent) flush() {
 	}
 }
 
-// describeSwitches turns path changes into log attributes: destination,
-// old and new path by site name, and the router's reason. Caller holds
-// a.mu.
-func (a *Agent) describeSwitches(sw []routing.Switch) [][]any {
-	out := make([][]any, 0, len(sw))
+// describeSwitches turns path changes into events for the log and the
+// history: destination, old and new path by site name, and the router's
+// reason. Caller holds a.mu.
+func (a *Agent) describeSwitches(sw []routing.Switch) []history.Event {
+	out := make([]history.Event, 0, len(sw))
 	for _, s := range sw {
-		out = append(out, []any{"dest", a.node.NameOf(s.To[len(s.To)-1]),
-			"from", strings.Join(a.node.Names(s.From), ">"), "to", strings.Join(a.node.Names(s.To), ">"), "reason", s.Reason})
+		out = append(out, history.Event{At: s.At, Dest: a.node.NameOf(s.To[len(s.To)-1]),
+			From: a.node.Names(s.From), To: a.node.Names(s.To), Reason: s.Reason})
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -22,6 +23,7 @@ func (a *Agent) serveAPI() (func(), error) {
 		return nil, err
 	}
 	srv := api.NewServer(a, a.registry, a.log)
+	srv.SetHistory(a.history)
 	ln, err := net.Listen("tcp", a.cfg.API)
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
@@ -40,10 +42,13 @@ func (a *Agent) serveAPI() (func(), error) {
 	guard := api.GuardOptions{Addr: ln.Addr().(*net.TCPAddr).AddrPort(), Token: token}
 	tcp := &http.Server{Handler: api.Guard(withProfiler(srv.ReadHandler()), guard), ReadHeaderTimeout: 5 * time.Second}
 	local := api.LocalServer(srv.LocalHandler(acc))
+	ctx, stopHistory := context.WithCancel(context.Background())
+	go srv.RecordHistory(ctx, time.Second)
 	go tcp.Serve(ln)
 	go local.Serve(sock)
 	a.log.Info("api", "views", ln.Addr(), "token", token != "", "changes", path, "group", acc.Group)
 	return func() {
+		stopHistory()
 		tcp.Close()
 		local.Close()
 	}, nil

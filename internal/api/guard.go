@@ -28,7 +28,10 @@ type GuardOptions struct {
 //     sends;
 //   - answers 405 to every method but GET and HEAD: changes go through the
 //     unix socket only;
-//   - answers 401 without the bearer token, when there is one;
+//   - answers 401 without the bearer token, when there is one, in the
+//     Authorization header or as the access_token query parameter (RFC
+//     6750 §2.3: a browser's event stream cannot send headers, so the map
+//     page passes on the token of its own address);
 //   - sends no CORS headers, so browsers keep other origins' pages from
 //     reading the answers.
 func Guard(h http.Handler, o GuardOptions) http.Handler {
@@ -42,7 +45,7 @@ func Guard(h http.Handler, o GuardOptions) http.Handler {
 			replyError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed here: this address serves read-only views; changes go through the agent's unix socket (the detour CLI, as root or a member of group %s)", r.Method, SocketGroup))
 			return
 		}
-		if o.Token != "" && !tokenMatches(r.Header.Get("Authorization"), o.Token) {
+		if o.Token != "" && !tokenMatches(r.Header.Get("Authorization"), o.Token) && !queryTokenMatches(r, o.Token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="detour"`)
 			replyError(w, http.StatusUnauthorized, "missing or wrong bearer token (Authorization: Bearer, from the agent's api_token_file)")
 			return
@@ -81,6 +84,13 @@ func hostAllowed(host string, addr netip.AddrPort) bool {
 
 // tokenMatches compares an Authorization header with the token in
 // constant time.
+// queryTokenMatches reports whether the request carries the token as its
+// access_token query parameter.
+func queryTokenMatches(r *http.Request, token string) bool {
+	q := r.URL.Query().Get("access_token")
+	return q != "" && subtle.ConstantTimeCompare([]byte(q), []byte(token)) == 1
+}
+
 func tokenMatches(header, token string) bool {
 	const prefix = "Bearer "
 	if len(header) < len(prefix) || !strings.EqualFold(header[:len(prefix)], prefix) {

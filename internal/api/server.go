@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/detour-overlay/detour/internal/history"
+	"github.com/detour-overlay/detour/internal/ui"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -61,6 +63,8 @@ type Server struct {
 
 	mu   sync.Mutex
 	last *Change // the last change that succeeded
+
+	history *history.Recorder // nil: no history kept
 }
 
 // NewServer returns a server of b; reg's metrics are served at /metrics.
@@ -107,6 +111,8 @@ func (s *Server) reads(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("GET /v1/networks", func(w http.ResponseWriter, r *http.Request) { reply(w, b.Networks(), nil) })
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	s.live(mux)
+	mux.Handle("GET /", ui.Handler())
 }
 
 func (s *Server) changes(mux *http.ServeMux) {

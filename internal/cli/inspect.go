@@ -27,7 +27,7 @@ func init() {
 		{"tivs", "show pairs where a detour beats the direct path, and by how much", "/v1/tivs", printTIVs},
 		{"fdb", "show the learned Ethernet addresses", "/v1/fdb", printFDB},
 	} {
-		Register(Command{Name: c.name, Summary: c.summary, Usage: c.name + " [--api ADDR] [--token-file FILE] [--json]", Run: func(args []string, stdout, stderr io.Writer) int {
+		Register(Command{Name: c.name, Summary: c.summary, Usage: c.name + " [--api ADDR] [--token-file FILE] [--json]" + map[bool]string{true: " [--history [FROM TO]]"}[c.name == "links"], Run: func(args []string, stdout, stderr io.Writer) int {
 			return inspect(c.name, c.path, c.print, args, stdout, stderr)
 		}})
 	}
@@ -85,10 +85,19 @@ func socketFlag(fs *flag.FlagSet) func() *api.Client {
 
 func inspect(name, path string, print func(io.Writer, []byte) error, args []string, stdout, stderr io.Writer) int {
 	fs, client, asJSON := apiFlags(name, stderr)
+	var hist *bool
+	if name == "links" {
+		hist = fs.Bool("history", false, "the last hour of each link instead (FROM TO: of one link, point by point)")
+	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if fs.NArg() > 0 {
+	switch {
+	case hist != nil && *hist && fs.NArg() == 2:
+		path, print = "/v1/history/"+api.PathEscape(fs.Arg(0))+"/"+api.PathEscape(fs.Arg(1)), printSeries
+	case hist != nil && *hist && fs.NArg() == 0:
+		path, print = "/v1/history", printHistory
+	case fs.NArg() > 0:
 		return Fail(stderr, name, fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0)))
 	}
 	c, err := client()
@@ -220,6 +229,35 @@ func printLinks(w io.Writer, raw []byte) error {
 		for _, l := range ls {
 			fmt.Fprintf(tw, "%s\t%s\t%v\t%.2f\t%.2f\t%.2f\t%.2f [%.2f, %.2f]\t%d\t%.2f\t%.0f\n", l.From, l.To, l.Up, l.OneWayMs, l.ShiftedMs, l.RTTMs,
 				l.LossPct, l.LossLowPct, l.LossHighPct, l.LossSamples, l.JitterMs, l.AgeMs)
+		}
+	})
+}
+
+// printHistory prints each link's last hour in a line.
+func printHistory(w io.Writer, raw []byte) error {
+	var h api.HistoryIndex
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return err
+	}
+	err := table(w, "FROM\tTO\tSPAN s\tUP s\tMIN ms\tMEDIAN ms\tMAX ms\tMAX LOSS %", func(tw io.Writer) {
+		for _, l := range h.Links {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\n", l.From, l.To, l.Seconds, l.UpSeconds, l.MinMs, l.MedianMs, l.MaxMs, l.MaxLoss)
+		}
+	})
+	fmt.Fprintf(w, "%d route changes kept; the record takes %.1f MB\n", len(h.Events), float64(h.Bytes)/1e6)
+	return err
+}
+
+// printSeries prints one link's record point by point.
+func printSeries(w io.Writer, raw []byte) error {
+	var h api.HistoryLink
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s → %s\n", h.From, h.To)
+	return table(w, "TIME\tSECONDS\tUP\tONE-WAY ms\tLOSS %", func(tw io.Writer) {
+		for _, s := range h.Samples {
+			fmt.Fprintf(tw, "%s\t%d\t%v\t%.2f\t%.2f\n", s.At.Local().Format("15:04:05"), s.Seconds, s.Up, s.OneWayMs, s.LossPct)
 		}
 	})
 }

@@ -275,3 +275,45 @@ func (r *Recorder) Bytes() int {
 	defer r.mu.Unlock()
 	return len(r.links) * int(unsafe.Sizeof(series{}))
 }
+
+// Summary is a link's last hour in a few numbers.
+type Summary struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Seconds is the span recorded and UpSeconds the part the link was up.
+	Seconds   int     `json:"seconds"`
+	UpSeconds int     `json:"up_seconds"`
+	MinMs     float64 `json:"min_ms"`
+	MedianMs  float64 `json:"median_ms"`
+	MaxMs     float64 `json:"max_ms"`
+	MaxLoss   float64 `json:"max_loss_pct"`
+}
+
+// Summaries returns every link's summary, sorted by link.
+func (r *Recorder) Summaries() []Summary {
+	links := r.Links()
+	out := make([]Summary, 0, len(links))
+	for _, l := range links {
+		samples, _ := r.Series(l[0], l[1])
+		out = append(out, summarize(l[0], l[1], samples))
+	}
+	return out
+}
+
+func summarize(from, to string, samples []Sample) Summary {
+	s := Summary{From: from, To: to}
+	var delays []float64
+	for _, sm := range samples {
+		s.Seconds += sm.Seconds
+		s.MaxLoss = max(s.MaxLoss, sm.LossPct)
+		if sm.Up {
+			s.UpSeconds += sm.Seconds
+			delays = append(delays, sm.OneWayMs)
+		}
+	}
+	if len(delays) > 0 {
+		slices.Sort(delays)
+		s.MinMs, s.MedianMs, s.MaxMs = delays[0], delays[len(delays)/2], delays[len(delays)-1]
+	}
+	return s
+}

@@ -132,3 +132,15 @@ func TestBytes(t *testing.T) {
 		t.Errorf("54 sites take %d bytes, want about 10.4 MB", got)
 	}
 }
+
+func TestSummaries(t *testing.T) {
+	r := New(t0)
+	for sec := range 30 {
+		r.Record(t0.Add(time.Duration(sec)*time.Second), []Link{{From: "A", To: "B", Up: sec >= 10, OneWayMs: float64(sec), LossPct: float64(sec % 3)}})
+	}
+	s := r.Summaries()
+	want := Summary{From: "A", To: "B", Seconds: 30, UpSeconds: 20, MinMs: 10, MedianMs: 20, MaxMs: 29, MaxLoss: 2}
+	if len(s) != 1 || s[0] != want {
+		t.Errorf("Summaries = %+v, want %+v", s, want)
+	}
+}
