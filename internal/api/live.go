@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/history"
@@ -109,12 +110,18 @@ func (s *Server) live(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/events", s.serveEvents)
 }
 
-// EventPeriod is how often the live stream sends an update.
-var EventPeriod = time.Second
+// EventPeriod is how often the live stream sends an update; a route change
+// is sent within EventCheck.
+var (
+	EventPeriod = time.Second
+	EventCheck  = 100 * time.Millisecond
+)
 
-// serveEvents streams Live updates as server-sent events, one every
-// EventPeriod, until the client goes away. Browsers reconnect by themselves
-// (after the retry time sent first) when the agent restarts.
+// serveEvents streams Live updates as server-sent events until the client
+// goes away: one every EventPeriod, and one as soon as this site's paths
+// change or a route change is recorded (checked every EventCheck).
+// Browsers reconnect by themselves (after the retry time sent first) when
+// the agent restarts.
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
@@ -129,21 +136,28 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if id, err := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64); err == nil {
 		since = id
 	}
-	t := time.NewTicker(EventPeriod)
+	t := time.NewTicker(min(EventCheck, EventPeriod))
 	defer t.Stop()
+	var sent time.Time
+	var paths string
 	for {
-		u := s.liveUpdate(since)
-		if n := len(u.Changes); n > 0 {
-			since = u.Changes[n-1].Seq
+		now := time.Now()
+		routes := s.b.Routes()
+		if p := pathsOf(routes); now.Sub(sent) >= EventPeriod || p != paths || s.newEvents(since) {
+			u := s.liveUpdate(since, routes)
+			if n := len(u.Changes); n > 0 {
+				since = u.Changes[n-1].Seq
+			}
+			b, err := json.Marshal(u)
+			if err != nil {
+				return
+			}
+			if _, err := fmt.Fprintf(w, "id: %d\nevent: live\ndata: %s\n\n", since, b); err != nil {
+				return
+			}
+			fl.Flush()
+			sent, paths = now, p
 		}
-		b, err := json.Marshal(u)
-		if err != nil {
-			return
-		}
-		if _, err := fmt.Fprintf(w, "id: %d\nevent: live\ndata: %s\n\n", since, b); err != nil {
-			return
-		}
-		fl.Flush()
 		select {
 		case <-r.Context().Done():
 			return
@@ -152,11 +166,31 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// liveUpdate builds one update with the route changes after since.
-func (s *Server) liveUpdate(since uint64) Live {
+// pathsOf is a signature of the routes' paths, to notice a change.
+func pathsOf(routes []Route) string {
+	var b strings.Builder
+	for _, r := range routes {
+		b.WriteString(r.Dest)
+		for _, p := range r.Path {
+			b.WriteByte('>')
+			b.WriteString(p)
+		}
+		b.WriteByte(';')
+	}
+	return b.String()
+}
+
+// newEvents reports whether route changes after since were recorded.
+func (s *Server) newEvents(since uint64) bool {
+	return s.history != nil && s.history.Last() > since
+}
+
+// liveUpdate builds one update with routes and the route changes after
+// since.
+func (s *Server) liveUpdate(since uint64, routes []Route) Live {
 	st := s.b.Status()
 	u := Live{Site: st.Site, At: time.Now(), Members: st.Members, Counters: st.Counters,
-		Matrix: matrix(st.Site, s.b.Links()), Routes: s.b.Routes(), TIVs: s.b.TIVs(), Changes: []history.Event{}}
+		Matrix: matrix(st.Site, s.b.Links()), Routes: routes, TIVs: s.b.TIVs(), Changes: []history.Event{}}
 	if s.history != nil {
 		u.Changes = s.history.Events(since)
 	}

@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/detour-overlay/detour/internal/history"
 	"github.com/detour-overlay/detour/internal/ui"
@@ -61,8 +64,8 @@ func TestHistoryEndpoints(t *testing.T) {
 // The event stream sends an update at once and then one a period, each
 // with the route changes not sent before; a token in the query opens it.
 func TestEventStream(t *testing.T) {
-	defer func(p time.Duration) { EventPeriod = p }(EventPeriod)
-	EventPeriod = 20 * time.Millisecond
+	defer func(p, c time.Duration) { EventPeriod, EventCheck = p, c }(EventPeriod, EventCheck)
+	EventPeriod, EventCheck = 200*time.Millisecond, 10*time.Millisecond
 	s, _ := newTestServer()
 	rec := history.New(time.Now())
 	s.SetHistory(rec)
@@ -122,5 +125,63 @@ func TestMatrix(t *testing.T) {
 	}
 	if m.OneWayMs[2][0] != nil || m.OneWayMs[1][0] != nil {
 		t.Error("a link down or unmeasured has a delay")
+	}
+}
+
+// bigBackend is a backend of a 54-site overlay: every link measured, a
+// route to every site.
+type bigBackend struct {
+	fakeBackend
+	links  []Link
+	routes []Route
+}
+
+func newBigBackend(n int) *bigBackend {
+	b := &bigBackend{}
+	name := func(i int) string { return fmt.Sprintf("site-%02d", i) }
+	for i := range n {
+		for j := range n {
+			if i != j {
+				b.links = append(b.links, Link{From: name(i), To: name(j), Up: true, OneWayMs: float64(10+i+j) + 0.123, LossPct: 0.1, RTTMs: 40})
+			}
+		}
+		if i > 0 {
+			b.routes = append(b.routes, Route{Dest: name(i), Path: []string{name(i)}, LatencyMs: 20})
+		}
+	}
+	return b
+}
+
+func (b *bigBackend) Status() Status  { return Status{Site: "site-00"} }
+func (b *bigBackend) Links() []Link   { return b.links }
+func (b *bigBackend) Routes() []Route { return b.routes }
+
+// BenchmarkLiveUpdate54 is what one open map page costs the agent each
+// second at 54 sites (beyond reading its own state): building and encoding
+// one update. Its ns/op divided by 1e9 is the share of a core.
+func BenchmarkLiveUpdate54(b *testing.B) {
+	s := NewServer(newBigBackend(54), prometheus.NewRegistry(), nil)
+	s.SetHistory(history.New(time.Now()))
+	var size int
+	for b.Loop() {
+		u := s.liveUpdate(0, s.b.Routes())
+		data, err := json.Marshal(u)
+		if err != nil {
+			b.Fatal(err)
+		}
+		size = len(data)
+	}
+	b.ReportMetric(float64(size), "bytes/update")
+}
+
+// BenchmarkHistoryRecord54 is the history's cost each second at 54 sites.
+func BenchmarkHistoryRecord54(b *testing.B) {
+	be := newBigBackend(54)
+	rec := history.New(time.Unix(0, 0))
+	links := historyLinks(be.links)
+	sec := 0
+	for b.Loop() {
+		sec++
+		rec.Record(time.Unix(int64(sec), 0), links)
 	}
 }

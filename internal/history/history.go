@@ -260,6 +260,13 @@ func (r *Recorder) RouteChange(e Event) uint64 {
 	return e.Seq
 }
 
+// Last returns the sequence number of the last route change recorded.
+func (r *Recorder) Last() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seq
+}
+
 // Events returns the route changes after sequence number since, oldest
 // first.
 func (r *Recorder) Events(since uint64) []Event {

@@ -44,14 +44,15 @@ function setConn(up) {
 
 // ---- colours ----
 
-// colour maps a delay to green (fast) .. red (slow) within [lo, hi].
-function colour(ms, lo, hi) {
+// colour maps a delay to green (fast) .. red (slow) within [lo, hi], with
+// opacity alpha.
+function colour(ms, lo, hi, alpha = 1) {
   if (ms == null) return "#bbb";
   const t = hi > lo ? Math.min(1, Math.max(0, Math.log(ms / lo) / Math.log(hi / lo))) : 0;
   const stops = [[26, 152, 80], [253, 174, 97], [215, 48, 39]];
   const i = t < 0.5 ? 0 : 1, f = t < 0.5 ? t * 2 : (t - 0.5) * 2;
   const c = stops[i].map((v, k) => Math.round(v + (stops[i + 1][k] - v) * f));
-  return `rgb(${c[0]},${c[1]},${c[2]})`;
+  return `rgba(${c[0]},${c[1]},${c[2]},${alpha})`;
 }
 
 function range(m) {
@@ -145,7 +146,8 @@ function drawMap(u) {
       svg.append(el("svg:line", { x1: p[0], y1: p[1], x2: q[0], y2: q[1], stroke: colour(Math.min(a ?? b, b ?? a), lo, hi),
         "stroke-width": 1.2, opacity: 0.45, "stroke-dasharray": lossy ? "4 3" : "" }));
     }
-  for (const r of u.routes) {
+  // Direct paths first, so that the relayed ones show on top.
+  for (const r of [...u.routes].sort((a, b) => a.relayed - b.relayed)) {
     const path = fullPath(u, r);
     for (let k = 0; k + 1 < path.length; k++) {
       const [p, q] = [pos[path[k]], pos[path[k + 1]]];
@@ -160,7 +162,8 @@ function drawMap(u) {
     const self = s === u.site;
     svg.append(el("svg:circle", { cx: x, cy: y, r: self ? 9 : 6, fill: self ? "#234" : relays.has(s) ? "#7b3294" : "#fff",
       stroke: "#234", "stroke-width": 2 }));
-    svg.append(el("svg:text", { x: x + 10, y: y - 8, "font-size": 12 }, s));
+    const right = x > 430; // labels of sites near the right edge go to their left
+    svg.append(el("svg:text", { x: right ? x - 10 : x + 10, y: y - 8, "font-size": 12, "text-anchor": right ? "end" : "start" }, s));
   }
 }
 
@@ -222,7 +225,7 @@ function drawMatrix(u) {
       if (i === j) { td.textContent = ""; return; }
       const v = m.one_way_ms[i][j], tiv = tivs.get(from + ">" + to);
       td.textContent = v == null ? "–" : v.toFixed(1);
-      td.style.background = v == null ? "" : colour(v, lo, hi) + "55";
+      td.style.background = v == null ? "" : colour(v, lo, hi, 0.35);
       td.className = (v == null ? "down " : "") + (tiv ? "tiv " : "") +
         (state.selected && state.selected[0] === from && state.selected[1] === to ? "selected" : "");
       td.title = `${from} → ${to}: ${v == null ? "down" : v.toFixed(2) + " ms"}, loss ${m.loss_pct[i][j]} %` +
@@ -285,7 +288,12 @@ async function showDetail(from, to) {
 function drawChart(samples) {
   const svg = $("#chart");
   svg.replaceChildren();
-  if (!samples.length) return;
+  const first = samples.findIndex((s) => s.up);
+  if (first < 0) {
+    svg.append(el("svg:text", { x: 10, y: 20 }, "the link has not been up in the last hour"));
+    return;
+  }
+  samples = samples.slice(first);
   const t0 = Date.parse(samples[0].at), t1 = Date.parse(samples[samples.length - 1].at) + 1000;
   const up = samples.filter((s) => s.up).map((s) => s.one_way_ms);
   const hi = Math.max(1, ...up) * 1.1, lo = Math.min(hi / 1.1, ...up) * 0.9;
@@ -303,7 +311,8 @@ function drawChart(samples) {
   svg.append(el("svg:path", { d, fill: "none", stroke: "#2166ac", "stroke-width": 1.5 }));
   svg.append(el("svg:text", { x: 2, y: 20, "font-size": 11 }, hi.toFixed(1) + " ms"));
   svg.append(el("svg:text", { x: 2, y: 150, "font-size": 11 }, lo.toFixed(1) + " ms"));
-  svg.append(el("svg:text", { x: 40, y: 180, "font-size": 11 }, `last ${Math.round((t1 - t0) / 60000)} min · red: loss`));
+  const span = (t1 - t0) / 1000;
+  svg.append(el("svg:text", { x: 40, y: 180, "font-size": 11 }, `last ${span < 120 ? Math.round(span) + " s" : Math.round(span / 60) + " min"} · blue: one-way delay · red: loss`));
 }
 
 connect();
