@@ -3,6 +3,7 @@ module github.com/detour-overlay/detour
 go 1.26.0
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/flynn/noise v1.1.0
 	github.com/go-zookeeper/zk v1.0.4
