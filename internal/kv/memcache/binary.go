@@ -142,8 +142,8 @@ func shapeOK(shape uint8, extlen, keylen int, bodylen uint32) bool {
 	return false
 }
 
-// parseBinary parses a binary request in the order memcached checks it:
-// magic; header, extras and key present; key and extras within the body;
+// parseBinary parses a binary request (Parse has seen the magic) in the
+// order memcached checks it: header, extras and key present; key and extras within the body;
 // key length; the opcode's own lengths; then the whole body present.
 func parseBinary(buf []byte, r *Request) error {
 	r.Protocol = Binary
@@ -152,9 +152,6 @@ func parseBinary(buf []byte, r *Request) error {
 	}
 	r.Opcode = buf[1]
 	r.Opaque = binary.BigEndian.Uint32(buf[12:])
-	if buf[0] != MagicRequest {
-		return ErrBadMagic
-	}
 	keylen := int(binary.BigEndian.Uint16(buf[2:]))
 	extlen := int(buf[4])
 	bodylen := binary.BigEndian.Uint32(buf[8:])

@@ -98,9 +98,6 @@ var (
 	// ErrBinaryInvalid is a key over 250 bytes or lengths that do not fit
 	// the opcode; memcached answers "invalid arguments" and closes.
 	ErrBinaryInvalid = &Error{Status: StatusInvalid, Close: true, what: "invalid binary arguments"}
-	// ErrBadMagic is a binary header whose magic is not 0x80; memcached
-	// closes the connection.
-	ErrBadMagic = &Error{Silent: true, Close: true, what: "bad binary magic"}
 )
 
 // ErrUnroutable is a valid request that names no key and is not one a

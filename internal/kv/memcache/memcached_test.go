@@ -79,6 +79,80 @@ func TestRepliesMatchMemcached(t *testing.T) {
 		checked++
 	}
 	t.Logf("%d malformed requests answered as memcached answers them", checked)
+
+	// The requests memcached answers by closing the connection.
+	for _, c := range []struct {
+		in  string
+		err *Error
+	}{
+		{"GET / HTTP/1.1\r\n", ErrHTTP},
+		{strings.Repeat("x", 3000), ErrLineTooLong},
+	} {
+		var r Request
+		if err := Parse([]byte(c.in), &r); err != c.err || !c.err.Close || len(c.err.AppendReply(nil, &r)) != 0 {
+			t.Fatalf("%.20q: %v", c.in, err)
+		}
+		got := exchange(t, addr, []byte(c.in), func(rd *bufio.Reader) []byte {
+			b, err := io.ReadAll(rd)
+			if err != nil {
+				return []byte("no close: " + err.Error())
+			}
+			return b
+		})
+		if len(got) != 0 {
+			t.Errorf("%.20q: memcached answered %q instead of closing", c.in, got)
+		}
+	}
+}
+
+// TestDatagramsMemcachedDrops checks over UDP that memcached ignores the
+// datagrams ParseFrame refuses (8 bytes or fewer, a request over several
+// datagrams) and answers the same request in one datagram.
+func TestDatagramsMemcachedDrops(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	port := kvtest.FreePort(t, "127.0.0.1")
+	kvtest.Memcached(t, "127.0.0.1", port, true)
+	c, err := net.Dial("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ask := func(p []byte) []byte {
+		if _, err := c.Write(p); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		b := make([]byte, 2048)
+		n, err := c.Read(b)
+		if err != nil {
+			return nil
+		}
+		return b[:n]
+	}
+	frame := func(id, total uint16, req string) []byte {
+		b := make([]byte, FrameHeaderLen, FrameHeaderLen+len(req))
+		FrameHeader{RequestID: id, Total: total}.Put(b)
+		return append(b, req...)
+	}
+	var r Request
+	for _, p := range [][]byte{frame(1, 2, "version\r\n"), frame(2, 1, "")} {
+		if _, _, err := ParseDatagram(p, &r); err != ErrSpansDatagrams && err != ErrShortFrame {
+			t.Fatalf("%q: %v", p, err)
+		}
+		if got := ask(p); got != nil {
+			t.Errorf("%q: memcached answered %q", p, got)
+		}
+	}
+	p := frame(3, 1, "version\r\n")
+	if _, _, err := ParseDatagram(p, &r); err != nil || r.Command != CmdVersion {
+		t.Fatalf("version: %v", err)
+	}
+	got := ask(p)
+	if len(got) < FrameHeaderLen || !strings.HasPrefix(string(got[FrameHeaderLen:]), "VERSION ") || got[1] != 3 {
+		t.Fatalf("version over UDP: %q", got)
+	}
 }
 
 // exchange sends req on a new connection to addr and reads one reply.
