@@ -47,6 +47,11 @@ packages=(
 	etcd-client
 	memcached      # key-value routing
 	nutcracker     # twemproxy baseline
+	# libmemcached's own placement, compared with internal/kv/ring's by a
+	# small C program the ring's agreement test compiles.
+	libmemcached-dev
+	libmemcached-tools
+	gcc
 	python3-venv   # a Python environment for matplotlib (see install_plotting)
 	procps         # ps, pgrep for diagnostics
 	chromium       # the map page's test in a real browser (headless)

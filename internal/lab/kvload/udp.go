@@ -1,0 +1,165 @@
+package kvload
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/kv/memcache"
+)
+
+// slot is one of a UDP socket's outstanding requests.
+type slot struct {
+	id     uint16
+	start  time.Time
+	isGet  bool
+	active bool
+}
+
+// udpPoll is how often a UDP worker looks for requests past their timeout
+// while no reply arrives.
+const udpPoll = 10 * time.Millisecond
+
+// runUDP keeps depth binary requests in flight on one connected UDP
+// socket, each in its own datagram under its own request id, until the
+// deadline. A request unanswered after cfg.Timeout counts as lost and its
+// slot sends a new one; replies to lost requests are ignored.
+func runUDP(ctx context.Context, cfg Config, wl *workload, s *stats, depth int, begin, deadline time.Time) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "udp", cfg.Target)
+	if err != nil {
+		return fmt.Errorf("kvload: %w", err)
+	}
+	defer conn.Close()
+
+	slots := make([]slot, depth)
+	// Every request gets the next request id; a reply is matched to the
+	// slot waiting for its id.
+	var nextID uint16
+	wbuf := make([]byte, 0, 2048)
+	send := func(i int) error {
+		key, isGet, ok := wl.next()
+		if !ok {
+			slots[i].active = false
+			return nil
+		}
+		nextID++
+		id := nextID
+		wbuf = appendBinaryRequest(wbuf[:0], id, key, isGet, wl.value)
+		slots[i] = slot{id: id, start: time.Now(), isGet: isGet, active: true}
+		_, err := conn.Write(wbuf)
+		return err
+	}
+	for i := range slots {
+		if err := send(i); err != nil {
+			return fmt.Errorf("kvload: send: %w", err)
+		}
+	}
+	rbuf := make([]byte, 65536)
+	for {
+		active := 0
+		now := time.Now()
+		for i := range slots {
+			if !slots[i].active {
+				continue
+			}
+			if now.Sub(slots[i].start) > cfg.Timeout {
+				s.to++
+				slots[i].active = false
+				if now.Before(deadline) {
+					if err := send(i); err != nil {
+						return fmt.Errorf("kvload: send: %w", err)
+					}
+				}
+			}
+			if slots[i].active {
+				active++
+			}
+		}
+		if active == 0 {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(udpPoll))
+		n, err := conn.Read(rbuf)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
+			// A refused port (ICMP) shows as a read error on a
+			// connected socket: the target is not there.
+			return fmt.Errorf("kvload: read: %w", err)
+		}
+		now = time.Now()
+		i, ok := matchReply(rbuf[:n], slots)
+		if !ok {
+			continue
+		}
+		status := binary.BigEndian.Uint16(rbuf[memcache.FrameHeaderLen+6:])
+		switch {
+		case status == 0 && slots[i].isGet:
+			s.hits++
+		case status == 1 && slots[i].isGet:
+			s.misses++
+		case status != 0:
+			s.errs++
+		}
+		s.record(slots[i].start, now, begin, slots[i].isGet)
+		slots[i].active = false
+		if now.Before(deadline) {
+			if err := send(i); err != nil {
+				return fmt.Errorf("kvload: send: %w", err)
+			}
+		}
+	}
+}
+
+// matchReply returns the slot a datagram answers: a first datagram of a
+// binary reply whose request id belongs to an active slot.
+func matchReply(p []byte, slots []slot) (int, bool) {
+	if len(p) < memcache.FrameHeaderLen+memcache.HeaderLen {
+		return 0, false
+	}
+	id := binary.BigEndian.Uint16(p[0:])
+	seq := binary.BigEndian.Uint16(p[2:])
+	if seq != 0 || p[memcache.FrameHeaderLen] != memcache.MagicResponse {
+		return 0, false
+	}
+	for i := range slots {
+		if slots[i].active && slots[i].id == id {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// appendBinaryRequest appends a datagram: the frame header and a binary
+// get, or a set with flags and expiration time 0.
+func appendBinaryRequest(b []byte, id uint16, key []byte, isGet bool, value []byte) []byte {
+	var fh [memcache.FrameHeaderLen]byte
+	memcache.FrameHeader{RequestID: id, Total: 1}.Put(fh[:])
+	b = append(b, fh[:]...)
+	var h [memcache.HeaderLen]byte
+	h[0] = memcache.MagicRequest
+	binary.BigEndian.PutUint16(h[2:], uint16(len(key)))
+	binary.BigEndian.PutUint32(h[12:], uint32(id))
+	if isGet {
+		h[1] = memcache.OpGet
+		binary.BigEndian.PutUint32(h[8:], uint32(len(key)))
+		b = append(b, h[:]...)
+		return append(b, key...)
+	}
+	h[1] = memcache.OpSet
+	h[4] = 8
+	binary.BigEndian.PutUint32(h[8:], uint32(8+len(key)+len(value)))
+	b = append(b, h[:]...)
+	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0)
+	b = append(b, key...)
+	return append(b, value...)
+}
