@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/experiment/results"
+	"github.com/detour-overlay/detour/internal/lab/experiment/results"
 )
 
 // experimentPrefix and experimentState keep this test's testbed apart from

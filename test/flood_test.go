@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/detour-overlay/detour/internal/testbed"
+	"github.com/detour-overlay/detour/internal/lab/testbed"
 )
 
 // Issue 25: a gateway under a flood of forged handshakes keeps forwarding.

@@ -39,10 +39,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/detour-overlay/detour/internal/api"
+	"github.com/detour-overlay/detour/internal/lab/scenario"
+	"github.com/detour-overlay/detour/internal/lab/testbed"
+	"github.com/detour-overlay/detour/internal/lab/wanem"
 	"github.com/detour-overlay/detour/internal/routing"
-	"github.com/detour-overlay/detour/internal/scenario"
-	"github.com/detour-overlay/detour/internal/testbed"
-	"github.com/detour-overlay/detour/internal/wanem"
 )
 
 // envInt reads a positive integer from the environment, or def.

@@ -30,9 +30,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/detour-overlay/detour/internal/scenario"
-	"github.com/detour-overlay/detour/internal/testbed"
-	"github.com/detour-overlay/detour/internal/wanem"
+	"github.com/detour-overlay/detour/internal/lab/scenario"
+	"github.com/detour-overlay/detour/internal/lab/testbed"
+	"github.com/detour-overlay/detour/internal/lab/wanem"
 )
 
 // tbPrefix names the namespaces of these tests, apart from any testbed a

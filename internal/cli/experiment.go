@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/experiment/lanman"
+	"github.com/detour-overlay/detour/internal/lab/experiment/lanman"
 )
 
 func init() {

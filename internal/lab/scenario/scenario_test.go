@@ -131,7 +131,7 @@ func TestShippedScenariosParseAndMatchTheFilesInScenarios(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		src, _ := ShippedSource(name)
-		file, err := os.ReadFile(filepath.Join("..", "..", "scenarios", name+".yaml"))
+		file, err := os.ReadFile(filepath.Join("..", "..", "..", "scenarios", name+".yaml"))
 		if err != nil {
 			t.Fatalf("scenarios/%s.yaml: %v", name, err)
 		}

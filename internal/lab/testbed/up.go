@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/scenario"
-	"github.com/detour-overlay/detour/internal/wanem"
+	"github.com/detour-overlay/detour/internal/lab/scenario"
+	"github.com/detour-overlay/detour/internal/lab/wanem"
 )
 
 // Overlays the testbed can bring up.

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/experiment/etcd"
-	"github.com/detour-overlay/detour/internal/experiment/nsnet"
-	"github.com/detour-overlay/detour/internal/experiment/zoo"
+	"github.com/detour-overlay/detour/internal/lab/experiment/etcd"
+	"github.com/detour-overlay/detour/internal/lab/experiment/nsnet"
+	"github.com/detour-overlay/detour/internal/lab/experiment/zoo"
 )
 
 // The replicated stores the experiment can run.

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/detour-overlay/detour/internal/experiment/results"
+	"github.com/detour-overlay/detour/internal/lab/experiment/results"
 )
 
 // PhaseTitles name the static phases in the report and the plots.

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/experiment/results"
-	"github.com/detour-overlay/detour/internal/experiment/zoo"
+	"github.com/detour-overlay/detour/internal/lab/experiment/results"
+	"github.com/detour-overlay/detour/internal/lab/experiment/zoo"
 )
 
 // Continuous is the run of the paper's Figure 7: alternating reads and

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/experiment/zoo"
+	"github.com/detour-overlay/detour/internal/lab/experiment/zoo"
 )
 
 func TestArgsCarryWANTimingAndTheWholeCluster(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/detour-overlay/detour/internal/api"
 	"github.com/detour-overlay/detour/internal/config"
-	"github.com/detour-overlay/detour/internal/experiment/nsnet"
+	"github.com/detour-overlay/detour/internal/lab/experiment/nsnet"
 )
 
 // Agent reaches the detour agent of one site through its local API: the

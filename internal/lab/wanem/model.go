@@ -16,7 +16,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/scenario"
+	"github.com/detour-overlay/detour/internal/lab/scenario"
 )
 
 // Pipe is a FIFO transmitter of a given rate with a finite drop-tail

@@ -8,7 +8,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/scenario"
+	"github.com/detour-overlay/detour/internal/lab/scenario"
 )
 
 // Request is one command on the control socket, a JSON object per line.

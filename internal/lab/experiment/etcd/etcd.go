@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/experiment/zoo"
+	"github.com/detour-overlay/detour/internal/lab/experiment/zoo"
 )
 
 // Ports of every member.

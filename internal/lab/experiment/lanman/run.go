@@ -9,9 +9,9 @@ import (
 	"sort"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/experiment/model"
-	"github.com/detour-overlay/detour/internal/experiment/results"
-	"github.com/detour-overlay/detour/internal/experiment/zoo"
+	"github.com/detour-overlay/detour/internal/lab/experiment/model"
+	"github.com/detour-overlay/detour/internal/lab/experiment/results"
+	"github.com/detour-overlay/detour/internal/lab/experiment/zoo"
 )
 
 // The sites of the experiment: the client runs at Client; the servers at

@@ -19,8 +19,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/detour-overlay/detour/internal/scenario"
-	"github.com/detour-overlay/detour/internal/wanem"
+	"github.com/detour-overlay/detour/internal/lab/scenario"
+	"github.com/detour-overlay/detour/internal/lab/wanem"
 )
 
 // RunEmulator is the body of the hidden `detour testbed wanem` process:

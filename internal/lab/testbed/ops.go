@@ -8,8 +8,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/detour-overlay/detour/internal/scenario"
-	"github.com/detour-overlay/detour/internal/wanem"
+	"github.com/detour-overlay/detour/internal/lab/scenario"
+	"github.com/detour-overlay/detour/internal/lab/wanem"
 )
 
 // Status describes a running testbed.

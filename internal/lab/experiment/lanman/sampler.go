@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/detour-overlay/detour/internal/api"
-	"github.com/detour-overlay/detour/internal/experiment/model"
+	"github.com/detour-overlay/detour/internal/lab/experiment/model"
 )
 
 // Sampler records, while a phase runs, the one-way delays of the paths

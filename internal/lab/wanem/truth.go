@@ -3,7 +3,7 @@ package wanem
 import (
 	"time"
 
-	"github.com/detour-overlay/detour/internal/scenario"
+	"github.com/detour-overlay/detour/internal/lab/scenario"
 )
 
 // LinkTruth is the ground truth of one directed link: what is configured

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/scenario"
+	"github.com/detour-overlay/detour/internal/lab/scenario"
 )
 
 const ms = int64(time.Millisecond)

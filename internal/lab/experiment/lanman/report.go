@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/experiment/results"
+	"github.com/detour-overlay/detour/internal/lab/experiment/results"
 )
 
 // Files of the results directory.

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/scenario"
-	"github.com/detour-overlay/detour/internal/wanem"
+	"github.com/detour-overlay/detour/internal/lab/scenario"
+	"github.com/detour-overlay/detour/internal/lab/wanem"
 )
 
 // trafficManager starts and stops the scenario's cross-traffic flows:

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/experiment/results"
-	"github.com/detour-overlay/detour/internal/experiment/zoo"
+	"github.com/detour-overlay/detour/internal/lab/experiment/results"
+	"github.com/detour-overlay/detour/internal/lab/experiment/zoo"
 )
 
 func TestFullPathAddsMissingEndpoints(t *testing.T) {
