@@ -1,4 +1,4 @@
-// Package scenario defines the YAML format of a detour testbed scenario:
+// Package scenario defines the YAML format of a scenario of detour's testbed:
 // the sites of an emulated WAN, the hosts at each site, the properties of
 // every directed link between sites (a default plus overrides), optional
 // per-site access capacity, the underlay MTU, named cross-traffic flows and
@@ -141,7 +141,7 @@ type Override struct {
 
 // Flow is a named cross-traffic flow between two gateways over the
 // underlay (outside any overlay), started and stopped by the timeline or
-// by `detour testbed traffic`.
+// by `detour-lab testbed traffic`.
 type Flow struct {
 	Name string `yaml:"name"`
 	From string `yaml:"from"`

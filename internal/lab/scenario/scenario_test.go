@@ -136,7 +136,7 @@ func TestShippedScenariosParseAndMatchTheFilesInScenarios(t *testing.T) {
 			t.Fatalf("scenarios/%s.yaml: %v", name, err)
 		}
 		if !bytes.Equal(src, file) {
-			t.Errorf("scenarios/%s.yaml differs from the copy built into the binary; regenerate it with `detour testbed scenario %s > scenarios/%s.yaml`", name, name, name)
+			t.Errorf("scenarios/%s.yaml differs from the copy built into the binary; regenerate it with `detour-lab testbed scenario %s > scenarios/%s.yaml`", name, name, name)
 		}
 		if s.Name != name {
 			t.Errorf("%s: name %q", name, s.Name)

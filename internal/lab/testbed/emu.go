@@ -23,7 +23,7 @@ import (
 	"github.com/detour-overlay/detour/internal/lab/wanem"
 )
 
-// RunEmulator is the body of the hidden `detour testbed wanem` process:
+// RunEmulator is the body of the hidden `detour-lab testbed wanem` process:
 // it creates one TUN device per site in the root namespace, moves each
 // into its site's gateway namespace as wan0 with the site's underlay
 // address, carries packets between them, and answers the control socket

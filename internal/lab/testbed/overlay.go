@@ -272,7 +272,7 @@ func startDetour(ctx context.Context, st *State, sc *scenario.Scenario, o Option
 			return err
 		}
 		name := "agent-" + tincName(site.Name)
-		p, err := startDetached(o.StateDir, name, "ip", "netns", "exec", site.Gateway, o.Self, "agent", "--config", file)
+		p, err := startDetached(o.StateDir, name, "ip", "netns", "exec", site.Gateway, o.Detour, "agent", "--config", file)
 		if err != nil {
 			return err
 		}
@@ -285,7 +285,7 @@ func startDetour(ctx context.Context, st *State, sc *scenario.Scenario, o Option
 	for i, site := range st.Sites {
 		gw := site.Gateway
 		err := waitFor(ctx, 10*time.Second, started[i], o.StateDir, "agent-"+tincName(site.Name), func() bool {
-			return exec.Command("ip", "netns", "exec", gw, o.Self, "status", "--api", config.DefaultAPI).Run() == nil
+			return exec.Command("ip", "netns", "exec", gw, o.Detour, "status", "--api", config.DefaultAPI).Run() == nil
 		})
 		if err != nil {
 			return err

@@ -20,6 +20,9 @@ type RestartOptions struct {
 	Kill bool
 	// Pause is how long the site stays without an agent.
 	Pause time.Duration
+	// Detour is the detour binary to start; empty means the one the
+	// testbed started the agents with.
+	Detour string
 }
 
 // Restart reports what RestartAgent did.
@@ -43,7 +46,7 @@ func RestartAgent(dir, site string, o RestartOptions) (*Restart, error) {
 	if s == nil {
 		return nil, fmt.Errorf("unknown site %q", site)
 	}
-	if st.Overlay != "detour" && st.Overlay != "detour-plain" {
+	if !usesDetour(st.Overlay) {
 		return nil, fmt.Errorf("the testbed runs overlay %q, not detour", st.Overlay)
 	}
 	name := "agent-" + tincName(s.Name)
@@ -51,14 +54,18 @@ func RestartAgent(dir, site string, o RestartOptions) (*Restart, error) {
 	if _, err := os.Stat(file); err != nil {
 		return nil, fmt.Errorf("agent configuration of %s: %w", s.Name, err)
 	}
-	self, err := os.Executable()
+	bin := o.Detour
+	if bin == "" {
+		bin = st.DetourBin
+	}
+	bin, err = FindDetour(bin)
 	if err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
 	idx := stopAgent(st, name, o.Kill)
 	time.Sleep(o.Pause)
-	p, err := startDetached(dir, name, "ip", "netns", "exec", s.Gateway, self, "agent", "--config", file)
+	p, err := startDetached(dir, name, "ip", "netns", "exec", s.Gateway, bin, "agent", "--config", file)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +78,7 @@ func RestartAgent(dir, site string, o RestartOptions) (*Restart, error) {
 		return nil, err
 	}
 	err = waitFor(context.Background(), 10*time.Second, p, dir, name, func() bool {
-		return exec.Command("ip", "netns", "exec", s.Gateway, self, "status", "--api", config.DefaultAPI).Run() == nil
+		return exec.Command("ip", "netns", "exec", s.Gateway, bin, "status", "--api", config.DefaultAPI).Run() == nil
 	})
 	if err != nil {
 		return nil, err

@@ -41,7 +41,9 @@ type State struct {
 	HostMTU     int         `json:"host_mtu"`
 	Sites       []SiteState `json:"sites"`
 	Procs       []Proc      `json:"procs"`
-	Created     time.Time   `json:"created"`
+	// DetourBin is the detour binary the agents run, for RestartAgent.
+	DetourBin string    `json:"detour_bin,omitempty"`
+	Created   time.Time `json:"created"`
 	// Ready is set once Up has finished.
 	Ready bool `json:"ready"`
 	// Migrations counts host migrations, to name their new ports.

@@ -34,9 +34,11 @@ type Options struct {
 	Underlay string
 	StateDir string
 	Prefix   string
-	// Self is the path of the detour binary, run for the emulator and the
-	// detour agents.
+	// Self is the path of the detour-lab binary, run for the emulator.
 	Self string
+	// Detour is the path of the detour binary, run as each site's agent
+	// with the detour overlays; empty means FindDetour's default.
+	Detour string
 	// Log receives progress messages.
 	Log io.Writer
 }
@@ -77,6 +79,13 @@ func (o *Options) Validate() (*scenario.Scenario, error) {
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
+	}
+	if usesDetour(o.Overlay) {
+		bin, err := FindDetour(o.Detour)
+		if err != nil {
+			return nil, err
+		}
+		o.Detour = bin
 	}
 	sc, err := scenario.Load(o.Scenario)
 	if err != nil {
@@ -205,7 +214,7 @@ func newState(sc *scenario.Scenario, o Options) *State {
 	st := &State{
 		Scenario: sc.Name, Overlay: o.Overlay, Underlay: o.Underlay, Prefix: o.Prefix,
 		UnderlayMTU: sc.UnderlayMTU, HostMTU: sc.UnderlayMTU - overlayOverhead(o.Overlay),
-		Created: time.Now(),
+		DetourBin: o.Detour, Created: time.Now(),
 	}
 	if o.HostMTU != 0 {
 		st.HostMTU = o.HostMTU
@@ -274,7 +283,7 @@ func createSites(st *State) error {
 	return nil
 }
 
-// startEmulator starts `detour testbed wanem --state DIR` in its own
+// startEmulator starts `detour-lab testbed wanem --state DIR` in its own
 // session and waits until its control socket answers.
 func startEmulator(ctx context.Context, st *State, o Options) error {
 	// nice -10: the emulator's readers timestamp packets as they come,

@@ -239,9 +239,9 @@ func (r *Result) writeContinuous(w io.Writer) error {
 
 func f3(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 
-// Versions describes everything that ran: detour, java, the ZooKeeper
-// package, the kernel, iperf3 and tinc.
-func Versions(detourBin string) string {
+// Versions describes everything that ran: detour-lab, detour, java, the
+// ZooKeeper package, the kernel, iperf3 and tinc.
+func Versions(labBin, detourBin string) string {
 	var b strings.Builder
 	item := func(name string, argv ...string) {
 		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
@@ -251,6 +251,7 @@ func Versions(detourBin string) string {
 		}
 		fmt.Fprintf(&b, "%s: %s\n", name, strings.ReplaceAll(firstLines(v, 2), "\n", " | "))
 	}
+	item("detour-lab", labBin, "version")
 	item("detour", detourBin, "version")
 	item("java", "java", "-version")
 	item("zookeeper (Debian package)", "dpkg-query", "-W", "-f=${Version}", "zookeeper")

@@ -12,6 +12,7 @@ import (
 	"github.com/detour-overlay/detour/internal/lab/experiment/model"
 	"github.com/detour-overlay/detour/internal/lab/experiment/results"
 	"github.com/detour-overlay/detour/internal/lab/experiment/zoo"
+	"github.com/detour-overlay/detour/internal/lab/testbed"
 )
 
 // The sites of the experiment: the client runs at Client; the servers at
@@ -38,8 +39,11 @@ var Phases = []string{"a", "b", "c"}
 
 // Config is one run of the experiment.
 type Config struct {
-	// Bin is the detour binary that drives the testbed.
+	// Bin is the detour-lab binary that drives the testbed.
 	Bin string
+	// Detour is the detour binary the testbed's agents run; empty means
+	// the testbed's default (testbed.FindDetour).
+	Detour string
 	// Scenario is the testbed scenario (lanman2017 or a file with the
 	// same sites).
 	Scenario string
@@ -121,7 +125,7 @@ type run struct {
 	ov     string
 	res    *Result
 	tb     *Testbed
-	st     Status
+	st     *testbed.Status
 	store  store
 	agents map[string]*Agent
 	// loaded is true while the cross traffic runs.
@@ -135,7 +139,7 @@ func (x *run) logf(format string, args ...any) {
 }
 
 func (x *run) all(ctx context.Context) (err error) {
-	x.tb = &Testbed{Bin: x.cfg.Bin, StateDir: x.cfg.TestbedState, Prefix: x.cfg.TestbedPrefix}
+	x.tb = &Testbed{Bin: x.cfg.Bin, Detour: x.cfg.Detour, StateDir: x.cfg.TestbedState, Prefix: x.cfg.TestbedPrefix}
 	x.logf("testbed up %s --overlay %s", x.cfg.Scenario, x.ov)
 	start := time.Now()
 	if err := x.tb.Up(ctx, x.cfg.Scenario, x.ov); err != nil {
@@ -170,8 +174,10 @@ func (x *run) all(ctx context.Context) (err error) {
 	return nil
 }
 
-func (x *run) site(name string) SiteStatus {
-	s, _ := x.st.Site(name)
+// site returns the named site, one newStore checked exists and has a
+// host.
+func (x *run) site(name string) testbed.SiteState {
+	s, _ := site(x.st, name)
 	return s
 }
 

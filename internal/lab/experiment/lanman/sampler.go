@@ -8,6 +8,7 @@ import (
 
 	"github.com/detour-overlay/detour/internal/api"
 	"github.com/detour-overlay/detour/internal/lab/experiment/model"
+	"github.com/detour-overlay/detour/internal/lab/wanem"
 )
 
 // Sampler records, while a phase runs, the one-way delays of the paths
@@ -94,7 +95,7 @@ func (s *Sampler) fail(err error) {
 // truthMatrix returns the delay of every directed link (configured plus
 // current queueing) and the time to transmit a message over it at its
 // configured rate.
-func truthMatrix(links []LinkTruth) (delay, tx model.Matrix) {
+func truthMatrix(links []wanem.LinkTruth) (delay, tx model.Matrix) {
 	delay, tx = model.Matrix{}, model.Matrix{}
 	for _, l := range links {
 		v := l.ExpectedMS

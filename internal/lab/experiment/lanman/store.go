@@ -40,16 +40,16 @@ type doer interface {
 func (x *run) newStore(kind string) (store, error) {
 	var servers []zoo.Server
 	for _, name := range Servers {
-		s, err := x.st.Site(name)
+		s, err := site(x.st, name)
 		if err != nil {
 			return nil, err
 		}
-		servers = append(servers, zoo.Server{Name: name, ID: myid[name], Addr: s.HostAddr()})
+		servers = append(servers, zoo.Server{Name: name, ID: myid[name], Addr: s.Hosts[0].Addr})
 	}
 	runIn := func(server string, argv []string) *exec.Cmd {
-		return nsnet.Command(x.site(server).HostNS(), argv...)
+		return nsnet.Command(x.site(server).Hosts[0].NS, argv...)
 	}
-	dial := zoo.Dialer(nsnet.Dialer(x.site(Client).HostNS()))
+	dial := zoo.Dialer(nsnet.Dialer(x.site(Client).Hosts[0].NS))
 	dir := x.cfg.WorkDir + "/" + kind + "-" + x.ov
 	switch kind {
 	case ZooKeeper, "":
@@ -79,7 +79,7 @@ func (z *zooStore) start(ctx context.Context) error {
 		return err
 	}
 	z.x.logf("ZooKeeper quorum in %.1f s: %v", time.Since(start).Seconds(), modes)
-	if out, err := zoo.FourLetter(z.dial, z.x.site(Leader).HostAddr(), "srvr"); err == nil {
+	if out, err := zoo.FourLetter(z.dial, z.x.site(Leader).Hosts[0].Addr, "srvr"); err == nil {
 		z.x.res.StoreVersion = "ZooKeeper " + zoo.ParseVersion(out)
 	}
 	return nil
@@ -88,7 +88,7 @@ func (z *zooStore) start(ctx context.Context) error {
 func (z *zooStore) stop() { z.ens.Stop() }
 
 func (z *zooStore) connect(ctx context.Context, server, key string) (doer, error) {
-	return zoo.Connect(ctx, server, z.x.site(server).HostAddr(), z.dial, "/detour/"+key, 1024)
+	return zoo.Connect(ctx, server, z.x.site(server).Hosts[0].Addr, z.dial, "/detour/"+key, 1024)
 }
 
 // etcdStore is etcd 3.4 with WAN timing; the leadership is moved to CLU.

@@ -10,9 +10,9 @@
 // package model) and writes samples, summary, predictions, versions and
 // plots to a results directory.
 //
-// The testbed is driven through the detour binary's own CLI (`detour
+// The testbed is driven through the lab binary's own CLI (`detour-lab
 // testbed up|down|status|truth`), so the experiment sees exactly what a
-// user sees.
+// user sees; the answers are read into the testbed's own Go types.
 package lanman
 
 import (
@@ -24,12 +24,19 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/detour-overlay/detour/internal/lab/testbed"
+	"github.com/detour-overlay/detour/internal/lab/wanem"
 )
 
-// Testbed drives `detour testbed` through the detour binary.
+// Testbed drives `detour-lab testbed` through the detour-lab binary and
+// reads its answers into the testbed package's own types.
 type Testbed struct {
-	// Bin is the detour binary.
+	// Bin is the detour-lab binary.
 	Bin string
+	// Detour, when set, is the detour binary the agents run ($DETOUR_BIN
+	// of the testbed commands).
+	Detour string
 	// StateDir and Prefix, when set, give this testbed its own state
 	// directory and namespace names, so that it does not disturb another
 	// testbed on the same machine.
@@ -37,55 +44,19 @@ type Testbed struct {
 	// Log receives the testbed commands' output.
 	Log func(format string, args ...any)
 
-	status Status
+	status testbed.Status
 }
 
-// Status is the part of `detour testbed status --json` the experiment
-// uses.
-type Status struct {
-	Scenario string       `json:"scenario"`
-	Overlay  string       `json:"overlay"`
-	Sites    []SiteStatus `json:"sites"`
-}
-
-// SiteStatus names a site's namespaces and addresses.
-type SiteStatus struct {
-	Name     string `json:"name"`
-	Gateway  string `json:"gateway"`
-	Underlay string `json:"underlay"`
-	Hosts    []struct {
-		NS   string `json:"ns"`
-		Addr string `json:"addr"`
-	} `json:"hosts"`
-}
-
-// Site returns the named site.
-func (s Status) Site(name string) (SiteStatus, error) {
-	for _, x := range s.Sites {
-		if strings.EqualFold(x.Name, name) {
-			if len(x.Hosts) == 0 {
-				return x, fmt.Errorf("testbed: site %s has no host", name)
-			}
-			return x, nil
-		}
+// site returns the named site of st, which must have a host.
+func site(st *testbed.Status, name string) (testbed.SiteState, error) {
+	s := st.Site(name)
+	if s == nil {
+		return testbed.SiteState{}, fmt.Errorf("testbed: no site %s", name)
 	}
-	return SiteStatus{}, fmt.Errorf("testbed: no site %s", name)
-}
-
-// HostNS is the namespace of the site's first host.
-func (s SiteStatus) HostNS() string { return s.Hosts[0].NS }
-
-// HostAddr is the overlay address of the site's first host.
-func (s SiteStatus) HostAddr() string { return stripPrefix(s.Hosts[0].Addr) }
-
-// UnderlayAddr is the gateway's underlay address.
-func (s SiteStatus) UnderlayAddr() string { return stripPrefix(s.Underlay) }
-
-func stripPrefix(a string) string {
-	if i := strings.IndexByte(a, '/'); i >= 0 {
-		return a[:i]
+	if len(s.Hosts) == 0 {
+		return *s, fmt.Errorf("testbed: site %s has no host", name)
 	}
-	return a
+	return *s, nil
 }
 
 func (t *Testbed) run(ctx context.Context, timeout time.Duration, args ...string) ([]byte, error) {
@@ -99,11 +70,14 @@ func (t *Testbed) run(ctx context.Context, timeout time.Duration, args ...string
 	if t.Prefix != "" {
 		cmd.Env = append(cmd.Env, "DETOUR_TESTBED_PREFIX="+t.Prefix)
 	}
+	if t.Detour != "" {
+		cmd.Env = append(cmd.Env, testbed.DetourEnv+"="+t.Detour)
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return out, fmt.Errorf("detour %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+		return out, fmt.Errorf("detour-lab %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return out, nil
 }
@@ -125,7 +99,7 @@ func (t *Testbed) refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var s Status
+	var s testbed.Status
 	if err := json.Unmarshal(out, &s); err != nil {
 		return fmt.Errorf("testbed status: %w", err)
 	}
@@ -134,7 +108,7 @@ func (t *Testbed) refresh(ctx context.Context) error {
 }
 
 // Status is the testbed's status as read after Up.
-func (t *Testbed) Status() Status { return t.status }
+func (t *Testbed) Status() *testbed.Status { return &t.status }
 
 // Down tears the testbed down. It uses a fresh context so that it also
 // runs after the experiment was interrupted.
@@ -143,34 +117,21 @@ func (t *Testbed) Down() error {
 	return err
 }
 
-// LinkTruth is one directed link of `detour testbed truth --json`.
-type LinkTruth struct {
-	From       string  `json:"from"`
-	To         string  `json:"to"`
-	DelayMS    float64 `json:"delay_ms"`
-	RateBPS    uint64  `json:"rate_bps"`
-	QueueMS    float64 `json:"queue_ms"`
-	ExpectedMS float64 `json:"expected_ms"`
-	MeasuredMS float64 `json:"measured_ms"`
-}
-
 // Truth reads the emulator's ground truth: per directed link, the
 // configured delay plus the current queueing.
-func (t *Testbed) Truth(ctx context.Context) ([]LinkTruth, error) {
+func (t *Testbed) Truth(ctx context.Context) ([]wanem.LinkTruth, error) {
 	out, err := t.run(ctx, 10*time.Second, "testbed", "truth", "--json")
 	if err != nil {
 		return nil, err
 	}
-	var tr struct {
-		Links []LinkTruth `json:"links"`
-	}
+	var tr wanem.Truth
 	if err := json.Unmarshal(out, &tr); err != nil {
 		return nil, fmt.Errorf("testbed truth: %w", err)
 	}
 	return tr.Links, nil
 }
 
-// Traffic starts or stops a cross-traffic flow of the scenario (`detour
+// Traffic starts or stops a cross-traffic flow of the scenario (`detour-lab
 // testbed traffic start|stop NAME`): iperf3 between the gateways over the
 // underlay, outside any overlay.
 func (t *Testbed) Traffic(ctx context.Context, action, flow string) error {
@@ -178,8 +139,8 @@ func (t *Testbed) Traffic(ctx context.Context, action, flow string) error {
 	return err
 }
 
-// TrafficRunning reports whether flow is running (`detour testbed traffic
-// list`).
+// TrafficRunning reports whether flow is running (`detour-lab testbed
+// traffic list`).
 func (t *Testbed) TrafficRunning(ctx context.Context, flow string) (bool, error) {
 	out, err := t.run(ctx, 10*time.Second, "testbed", "traffic", "list")
 	if err != nil {

@@ -1,4 +1,4 @@
-package cli
+package labcli
 
 import (
 	"context"
@@ -16,26 +16,29 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/detour-overlay/detour/internal/cli"
 	"github.com/detour-overlay/detour/internal/lab/scenario"
 	"github.com/detour-overlay/detour/internal/lab/testbed"
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
 func init() {
-	Register(Command{
+	lab.Register(cli.Command{
 		Name:    "testbed",
 		Summary: "emulate a multi-site WAN on this machine (up, down, status, exec, link, truth, traffic)",
 		Run:     runTestbed,
 	})
 }
 
-const testbedUsage = `usage: detour testbed COMMAND [ARGS]
+const testbedUsage = `usage: detour-lab testbed COMMAND [ARGS]
 
   up SCENARIO [--overlay none|vxlan|tinc|detour|detour-plain] [--underlay emulator|kernel]
-        [--underlay-mtu N] [--host-mtu N] [--foreground]
+        [--underlay-mtu N] [--host-mtu N] [--foreground] [--detour-bin PATH]
         bring up a testbed; SCENARIO is a file or a shipped name
         (%s); --underlay kernel joins the gateways with plain kernel
-        links (no emulated delay; link, truth and traffic are unavailable)
+        links (no emulated delay; link, truth and traffic are unavailable);
+        the detour overlays run the agent binary --detour-bin, else
+        $DETOUR_BIN, else the file detour next to detour-lab
   down                         remove every namespace, link and process
   status [--json]              what is up
   exec SITE[/HOST] [--gateway] -- CMD...
@@ -49,7 +52,7 @@ const testbedUsage = `usage: detour testbed COMMAND [ARGS]
   migrate SITE[/HOST] --to SITE
                                move a host (namespace, MAC, IP, open
                                connections) to another site's bridge
-  restart-agent SITE [--kill] [--pause D]
+  restart-agent SITE [--kill] [--pause D] [--detour-bin PATH]
                                stop a site's detour agent (SIGTERM, or
                                SIGKILL with --kill: a crash) and start it
                                again with the same configuration after D
@@ -81,15 +84,15 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	}
 	run, ok := sub[args[0]]
 	if !ok {
-		return Fail(stderr, "testbed", fmt.Errorf("%w: unknown command %q (see 'detour testbed help')", ErrUsage, args[0]))
+		return fail(stderr, "testbed", fmt.Errorf("%w: unknown command %q (see 'detour-lab testbed help')", errUsage, args[0]))
 	}
 	if args[0] != "scenario" {
 		if err := testbed.CheckRoot(); err != nil {
-			return Fail(stderr, "testbed "+args[0], err)
+			return fail(stderr, "testbed "+args[0], err)
 		}
 	}
 	if err := run(args[1:], stdout, stderr); err != nil {
-		return Fail(stderr, "testbed "+args[0], err)
+		return fail(stderr, "testbed "+args[0], err)
 	}
 	return 0
 }
@@ -117,7 +120,7 @@ func parseArgs(fs *flag.FlagSet, args []string) (pos, rest []string, err error) 
 	}
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, nil, fmt.Errorf("%w: %v", ErrUsage, err)
+			return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -129,7 +132,7 @@ func parseArgs(fs *flag.FlagSet, args []string) (pos, rest []string, err error) 
 
 func wantArgs(pos []string, n int, what string) error {
 	if len(pos) != n {
-		return fmt.Errorf("%w: want %s, got %d argument(s)", ErrUsage, what, len(pos))
+		return fmt.Errorf("%w: want %s, got %d argument(s)", errUsage, what, len(pos))
 	}
 	return nil
 }
@@ -142,6 +145,7 @@ func tbUp(args []string, stdout, stderr io.Writer) error {
 	hostMTU := fs.Int("host-mtu", 0, "the hosts' MTU (default: the underlay MTU less the overlay's overhead)")
 	fg := fs.Bool("foreground", false, "stay in the foreground; Ctrl-C or SIGTERM tears the testbed down")
 	prefix := fs.String("prefix", envOr("DETOUR_TESTBED_PREFIX", testbed.DefaultPrefix), "prefix of namespace names")
+	detour := detourFlag(fs)
 	pos, _, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -158,7 +162,7 @@ func tbUp(args []string, stdout, stderr io.Writer) error {
 	t0 := time.Now()
 	st, err := testbed.Up(ctx, testbed.Options{
 		Scenario: pos[0], Overlay: *overlay, Underlay: *underlay, UnderlayMTU: *mtu, HostMTU: *hostMTU, StateDir: *state,
-		Prefix: *prefix, Self: self, Log: stderr,
+		Prefix: *prefix, Self: self, Detour: *detour, Log: stderr,
 	})
 	if err != nil {
 		return err
@@ -172,6 +176,11 @@ func tbUp(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout, "running in the foreground; Ctrl-C tears it down")
 	<-ctx.Done()
 	return testbed.Down(*state)
+}
+
+// detourFlag adds --detour-bin, the detour binary the agents run.
+func detourFlag(fs *flag.FlagSet) *string {
+	return fs.String("detour-bin", "", "the detour binary the agents run (default $"+testbed.DetourEnv+", else detour next to detour-lab)")
 }
 
 func envOr(key, def string) string {
@@ -272,7 +281,7 @@ func tbExec(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if len(cmd) == 0 {
-		return fmt.Errorf("%w: no command after --", ErrUsage)
+		return fmt.Errorf("%w: no command after --", errUsage)
 	}
 	st, err := testbed.LoadState(*state)
 	if err != nil {
@@ -301,16 +310,16 @@ func tbLink(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if len(pos) != 3 || pos[0] != "set" {
-		return fmt.Errorf("%w: want 'link set A B [--delay D] ...'", ErrUsage)
+		return fmt.Errorf("%w: want 'link set A B [--delay D] ...'", errUsage)
 	}
 	if isSet(fs, "reorder") {
 		patch.Reorder = reorder
 	}
 	if patch.IsEmpty() {
-		return fmt.Errorf("%w: nothing to change: give --delay, --jitter, --loss, --rate, --queue or --reorder", ErrUsage)
+		return fmt.Errorf("%w: nothing to change: give --delay, --jitter, --loss, --rate, --queue or --reorder", errUsage)
 	}
 	if err := scenario.ValidatePatch(patch); err != nil {
-		return fmt.Errorf("%w: %v", ErrUsage, err)
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	res, err := testbed.SetLink(*state, pos[1], pos[2], *both, patch)
 	if err != nil {
@@ -377,7 +386,7 @@ func tbTraffic(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if len(pos) == 0 || (pos[0] != "list" && len(pos) != 2) || (pos[0] == "list" && len(pos) != 1) {
-		return fmt.Errorf("%w: want 'traffic start NAME', 'traffic stop NAME' or 'traffic list'", ErrUsage)
+		return fmt.Errorf("%w: want 'traffic start NAME', 'traffic stop NAME' or 'traffic list'", errUsage)
 	}
 	name := ""
 	if len(pos) == 2 {
@@ -393,7 +402,7 @@ func tbTraffic(args []string, stdout, stderr io.Writer) error {
 
 func tbScenario(args []string, stdout, stderr io.Writer) error {
 	if len(args) != 1 {
-		return fmt.Errorf("%w: want 'scenario NAME' (shipped: %s)", ErrUsage, strings.Join(scenario.Shipped(), ", "))
+		return fmt.Errorf("%w: want 'scenario NAME' (shipped: %s)", errUsage, strings.Join(scenario.Shipped(), ", "))
 	}
 	b, err := scenario.ShippedSource(args[0])
 	if err != nil {
@@ -436,7 +445,7 @@ func tbMigrate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *to == "" {
-		return fmt.Errorf("%w: --to SITE is required", ErrUsage)
+		return fmt.Errorf("%w: --to SITE is required", errUsage)
 	}
 	t0 := time.Now()
 	h, err := testbed.Migrate(*state, pos[0], *to)
@@ -452,6 +461,7 @@ func tbRestartAgent(args []string, stdout, stderr io.Writer) error {
 	fs, state := newFlags("restart-agent", stderr)
 	kill := fs.Bool("kill", false, "stop with SIGKILL (no leave) instead of SIGTERM")
 	pause := fs.Duration("pause", 0, "time without an agent before the new one starts")
+	detour := detourFlag(fs)
 	pos, _, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -459,7 +469,7 @@ func tbRestartAgent(args []string, stdout, stderr io.Writer) error {
 	if err := wantArgs(pos, 1, "one SITE"); err != nil {
 		return err
 	}
-	r, err := testbed.RestartAgent(*state, pos[0], testbed.RestartOptions{Kill: *kill, Pause: *pause})
+	r, err := testbed.RestartAgent(*state, pos[0], testbed.RestartOptions{Kill: *kill, Pause: *pause, Detour: *detour})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package cli
+package labcli
 
 import (
 	"context"
@@ -14,30 +14,36 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/detour-overlay/detour/internal/cli"
 	"github.com/detour-overlay/detour/internal/lab/experiment/lanman"
+	"github.com/detour-overlay/detour/internal/lab/testbed"
 )
 
 func init() {
-	Register(Command{Name: "experiment", Summary: "run an experiment on the testbed (lanman2017: geo-replicated ZooKeeper)", Run: runExperiment})
+	lab.Register(cli.Command{Name: "experiment", Summary: "run an experiment on the testbed (lanman2017: geo-replicated ZooKeeper)", Run: runExperiment})
 }
 
-const experimentUsage = `usage: detour experiment lanman2017 [--overlays vxlan,tinc,detour] [--short] [--out DIR] [--ops N]
+const experimentUsage = `usage: detour-lab experiment lanman2017 [--overlays vxlan,tinc,detour] [--short] [--out DIR] [--ops N]
                                    [--store zookeeper|etcd] [--continuous OVERLAYS] [--plot SCRIPT|none]
+                                   [--detour-bin PATH]
 
 Geo-replicated ZooKeeper (CLU leader, BOR, LAN) on the lanman2017 testbed,
 client at LAN, in three phases: (a) idle WAN, (b) TCP cross traffic filling
 CLU<->LAN outside the overlay, (c) the same load with detour free to
 reroute; then a continuous run while the load starts. Writes raw samples,
 a summary with the latency model's predictions, plots and versions to DIR
-and prints the summary table. Needs root.
+and prints the summary table. The agents run the detour binary
+--detour-bin, else $DETOUR_BIN, else the file detour next to detour-lab.
+Needs root.
 
 `
 
-// experimentOptions are the command line of `detour experiment lanman2017`.
+// experimentOptions are the command line of `detour-lab experiment
+// lanman2017`.
 type experimentOptions struct {
-	overlays, continuous, out, scenario, plot, store string
-	short                                            bool
-	ops                                              int
+	overlays, continuous, out, scenario, plot, store, detour string
+	short                                                    bool
+	ops                                                      int
 }
 
 func runExperiment(args []string, stdout, stderr io.Writer) int {
@@ -46,20 +52,20 @@ func runExperiment(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if args[0] != "lanman2017" {
-		return Fail(stderr, "experiment", fmt.Errorf("%w: unknown experiment %q (known: lanman2017)", ErrUsage, args[0]))
+		return fail(stderr, "experiment", fmt.Errorf("%w: unknown experiment %q (known: lanman2017)", errUsage, args[0]))
 	}
 	opt, err := parseExperiment(args[1:], stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 2
 		}
-		return Fail(stderr, "experiment", err)
+		return fail(stderr, "experiment", err)
 	}
 	if os.Geteuid() != 0 {
-		return Fail(stderr, "experiment", errors.New("must run as root (it drives the testbed's network namespaces)"))
+		return fail(stderr, "experiment", errors.New("must run as root (it drives the testbed's network namespaces)"))
 	}
 	if err := experiment(opt, stdout, stderr); err != nil {
-		return Fail(stderr, "experiment", err)
+		return fail(stderr, "experiment", err)
 	}
 	return 0
 }
@@ -75,22 +81,23 @@ func parseExperiment(args []string, stderr io.Writer) (experimentOptions, error)
 	fs.StringVar(&o.continuous, "continuous", "", "overlays with a continuous run (default: all; with --short detour only)")
 	fs.StringVar(&o.store, "store", lanman.ZooKeeper, "replicated store: zookeeper or etcd (3.4, --heartbeat-interval=150 --election-timeout=1500)")
 	fs.StringVar(&o.scenario, "scenario", "lanman2017", "testbed scenario with sites BOR, CLU, LAN, NEU and flow clu-lan")
+	fs.StringVar(&o.detour, "detour-bin", "", "the detour binary the agents run (default $"+testbed.DetourEnv+", else detour next to detour-lab)")
 	fs.StringVar(&o.plot, "plot", "", "plotting script (default scripts/plot_experiment.py next to the binary or in the working directory; 'none' to skip)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
-		return o, fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
+		return o, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	if o.ops < 0 {
-		return o, fmt.Errorf("%w: --ops must be positive", ErrUsage)
+		return o, fmt.Errorf("%w: --ops must be positive", errUsage)
 	}
 	if o.store != lanman.ZooKeeper && o.store != lanman.Etcd {
-		return o, fmt.Errorf("%w: unknown store %q (want zookeeper or etcd)", ErrUsage, o.store)
+		return o, fmt.Errorf("%w: unknown store %q (want zookeeper or etcd)", errUsage, o.store)
 	}
 	for _, ov := range splitList(o.overlays) {
 		if ov != "vxlan" && ov != "tinc" && ov != "detour" {
-			return o, fmt.Errorf("%w: unknown overlay %q (want vxlan, tinc or detour)", ErrUsage, ov)
+			return o, fmt.Errorf("%w: unknown overlay %q (want vxlan, tinc or detour)", errUsage, ov)
 		}
 	}
 	return o, nil
@@ -107,9 +114,9 @@ func splitList(s string) []string {
 }
 
 // config turns the options into the experiment's configuration.
-func (o experimentOptions) config(bin string, log io.Writer) lanman.Config {
+func (o experimentOptions) config(bin, detour string, log io.Writer) lanman.Config {
 	c := lanman.Config{
-		Bin: bin, Scenario: o.scenario, Log: log, Store: o.store,
+		Bin: bin, Detour: detour, Scenario: o.scenario, Log: log, Store: o.store,
 		Overlays: []string{"vxlan", "tinc", "detour"}, Ops: 40, Warmup: 5,
 		Settle: 4 * time.Second, ContinuousIdle: 15 * time.Second, ContinuousLoad: 40 * time.Second,
 		WorkDir:       fmt.Sprintf("/run/detour/experiment-%d", os.Getpid()),
@@ -141,13 +148,17 @@ func experiment(o experimentOptions, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	detour, err := testbed.FindDetour(o.detour)
+	if err != nil {
+		return err
+	}
 	out := o.out
 	if out == "" {
 		out = filepath.Join("results", "lanman2017-"+time.Now().Format("20060102-150405"))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	cfg := o.config(bin, stderr)
+	cfg := o.config(bin, detour, stderr)
 	cfg.LogDir = filepath.Join(out, "logs")
 	defer os.RemoveAll(cfg.WorkDir)
 	start := time.Now()
@@ -155,7 +166,7 @@ func experiment(o experimentOptions, stdout, stderr io.Writer) error {
 	if res == nil {
 		return runErr
 	}
-	if err := res.Write(out, lanman.Versions(bin)); err != nil {
+	if err := res.Write(out, lanman.Versions(bin, detour)); err != nil {
 		return errors.Join(runErr, err)
 	}
 	if runErr != nil {
@@ -189,7 +200,7 @@ func plot(script, bin, dir string, stderr io.Writer) {
 		}
 	}
 	if script == "" {
-		fmt.Fprintln(stderr, "detour experiment: scripts/plot_experiment.py not found; no plots")
+		fmt.Fprintln(stderr, "detour-lab experiment: scripts/plot_experiment.py not found; no plots")
 		return
 	}
 	// Debian's python3-matplotlib belongs to /usr/bin/python3, which may not
@@ -201,7 +212,7 @@ func plot(script, bin, dir string, stderr io.Writer) {
 	cmd := exec.Command(py, script, dir)
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	if err := cmd.Run(); err != nil {
-		fmt.Fprintf(stderr, "detour experiment: plotting failed: %v\n", err)
+		fmt.Fprintf(stderr, "detour-lab experiment: plotting failed: %v\n", err)
 	}
 }
 
