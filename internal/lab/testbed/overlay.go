@@ -14,6 +14,7 @@ import (
 	"github.com/detour-overlay/detour/internal/api"
 	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/keys"
+	"github.com/detour-overlay/detour/internal/lab/proc"
 	"github.com/detour-overlay/detour/internal/lab/scenario"
 )
 
@@ -133,7 +134,7 @@ func startTinc(ctx context.Context, st *State, dir string) error {
 		// The sites started later connect to the first. A connection
 		// refused because it is not listening yet is retried only after
 		// 5 s, then 15 s and 30 s, so wait until each tincd listens.
-		err = waitFor(ctx, 10*time.Second, p, dir, name, func() bool { return listening(p.PID, "tincd", tincPort) })
+		err = waitFor(ctx, 10*time.Second, p, dir, func() bool { return proc.Listening(p.PID, "tincd", tincPort) })
 		if err != nil {
 			return err
 		}
@@ -143,37 +144,6 @@ func startTinc(ctx context.Context, st *State, dir string) error {
 
 // tincPort is tinc's TCP and UDP port.
 const tincPort = 655
-
-// listening reports whether process pid runs prog and its network
-// namespace has a TCP socket listening on port (any address), read from
-// /proc/PID/net/tcp. Checking the program first skips the moment before
-// "ip netns exec" has entered the namespace and run it, when the table
-// is the host's.
-func listening(pid int, prog string, port int) bool {
-	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	if err != nil || strings.TrimSpace(string(comm)) != prog {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", pid))
-	if err != nil {
-		return false
-	}
-	return tcpListens(string(b), port)
-}
-
-// tcpListens reports whether a /proc/net/tcp table has a socket in state
-// LISTEN (0A) on the local port. A row reads
-// "  0: 010012C6:028F 00000000:0000 0A ...".
-func tcpListens(table string, port int) bool {
-	want := fmt.Sprintf(":%04X", port)
-	for _, line := range strings.Split(table, "\n")[1:] {
-		f := strings.Fields(line)
-		if len(f) > 3 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
-			return true
-		}
-	}
-	return false
-}
 
 func writeTincConfigs(st *State, base string) error {
 	for _, site := range st.Sites {
@@ -284,7 +254,7 @@ func startDetour(ctx context.Context, st *State, sc *scenario.Scenario, o Option
 	}
 	for i, site := range st.Sites {
 		gw := site.Gateway
-		err := waitFor(ctx, 10*time.Second, started[i], o.StateDir, "agent-"+tincName(site.Name), func() bool {
+		err := waitFor(ctx, 10*time.Second, started[i], o.StateDir, func() bool {
 			return exec.Command("ip", "netns", "exec", gw, o.Detour, "status", "--api", config.DefaultAPI).Run() == nil
 		})
 		if err != nil {

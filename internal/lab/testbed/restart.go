@@ -77,7 +77,7 @@ func RestartAgent(dir, site string, o RestartOptions) (*Restart, error) {
 	if err := st.Save(dir); err != nil {
 		return nil, err
 	}
-	err = waitFor(context.Background(), 10*time.Second, p, dir, name, func() bool {
+	err = waitFor(context.Background(), 10*time.Second, p, dir, func() bool {
 		return exec.Command("ip", "netns", "exec", s.Gateway, bin, "status", "--api", config.DefaultAPI).Run() == nil
 	})
 	if err != nil {
@@ -98,7 +98,7 @@ func stopAgent(st *State, name string, kill bool) int {
 			syscall.Kill(p.PID, syscall.SIGKILL)
 		}
 		p.Kill(3 * time.Second)
-		for deadline := time.Now().Add(3 * time.Second); (p.Alive() || !p.threadsGone()) && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(3 * time.Second); (p.Alive() || !p.ThreadsGone()) && time.Now().Before(deadline); {
 			time.Sleep(5 * time.Millisecond)
 		}
 		return i

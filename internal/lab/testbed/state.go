@@ -17,10 +17,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/detour-overlay/detour/internal/lab/proc"
 )
 
 // DefaultStateDir is where the testbed keeps its state unless told.
@@ -95,19 +95,15 @@ func (s *State) Site(name string) *SiteState {
 	return nil
 }
 
-// Proc is a background process the testbed started.
-type Proc struct {
-	Name string `json:"name"`
-	PID  int    `json:"pid"`
-	// Start is the process's start time in clock ticks after boot
-	// (/proc/PID/stat field 22): a PID whose start differs is not ours.
-	Start uint64 `json:"start"`
-}
+// Proc is a background process the testbed started, recorded by PID and
+// start time.
+type Proc = proc.Record
 
 // Paths of files in the state directory.
-func statePath(dir string) string   { return filepath.Join(dir, "state.json") }
-func socketPath(dir string) string  { return filepath.Join(dir, "wanem.sock") }
-func trafficPath(dir string) string { return filepath.Join(dir, "traffic.json") }
+func statePath(dir string) string     { return filepath.Join(dir, "state.json") }
+func socketPath(dir string) string    { return filepath.Join(dir, "wanem.sock") }
+func logPath(dir, name string) string { return filepath.Join(dir, name+".log") }
+func trafficPath(dir string) string   { return filepath.Join(dir, "traffic.json") }
 
 // ErrNoTestbed means there is no testbed state in the directory.
 var ErrNoTestbed = errors.New("no testbed is up")
@@ -143,78 +139,4 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.Rename(tmp, path)
-}
-
-// procStart returns the start time of a process in clock ticks after
-// boot, or an error if there is no such process.
-func procStart(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may contain spaces; fields after the last
-	// ')' are fixed. Field 22 is the 20th after it.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("pid %d: unreadable stat", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0, fmt.Errorf("pid %d: short stat", pid)
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
-
-// newProc records a running process.
-func newProc(name string, pid int) Proc {
-	st, _ := procStart(pid)
-	return Proc{Name: name, PID: pid, Start: st}
-}
-
-// Alive reports whether the process is still the one recorded (and not a
-// zombie).
-func (p Proc) Alive() bool {
-	st, err := procStart(p.PID)
-	if err != nil || st != p.Start {
-		return false
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i < 0 || !strings.HasPrefix(strings.TrimSpace(string(b[i+1:])), "Z")
-}
-
-// threadsGone reports whether no thread of the process is left but its
-// leader. A killed multi-threaded process shows its leader as a zombie
-// while its other threads are still exiting and still hold its files (a
-// bound socket, for one), so Alive turning false is not enough before
-// reusing what the process held.
-func (p Proc) threadsGone() bool {
-	st, err := procStart(p.PID)
-	if err != nil || st != p.Start {
-		return true
-	}
-	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(p.PID) + "/task")
-	return err != nil || len(tasks) <= 1
-}
-
-// Kill stops the process if it is still the recorded one: SIGTERM, then
-// SIGKILL after grace.
-func (p Proc) Kill(grace time.Duration) {
-	if !p.Alive() {
-		return
-	}
-	syscall.Kill(p.PID, syscall.SIGTERM)
-	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) {
-		if !p.Alive() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if p.Alive() {
-		syscall.Kill(p.PID, syscall.SIGKILL)
-	}
 }

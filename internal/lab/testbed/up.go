@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/detour-overlay/detour/internal/lab/proc"
 	"github.com/detour-overlay/detour/internal/lab/scenario"
 	"github.com/detour-overlay/detour/internal/lab/wanem"
 )
@@ -296,7 +295,7 @@ func startEmulator(ctx context.Context, st *State, o Options) error {
 	if err := st.Save(o.StateDir); err != nil {
 		return err
 	}
-	return waitFor(ctx, 10*time.Second, p, o.StateDir, "wanem", func() bool {
+	return waitFor(ctx, 10*time.Second, p, o.StateDir, func() bool {
 		return wanem.Call(socketPath(o.StateDir), wanem.Request{Op: "ping"}, nil) == nil
 	})
 }
@@ -304,55 +303,14 @@ func startEmulator(ctx context.Context, st *State, o Options) error {
 // startDetached starts a background process in a new session with its
 // output in DIR/NAME.log and returns its record.
 func startDetached(dir, name, prog string, args ...string) (Proc, error) {
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		return Proc{}, err
-	}
-	defer logf.Close()
-	cmd := exec.Command(prog, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return Proc{}, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := newProc(name, cmd.Process.Pid)
-	// Reap the child if it exits while we are still running, so that it
-	// does not linger as a zombie that looks alive.
-	go cmd.Wait()
-	return p, nil
+	return proc.StartDetached(logPath(dir, name), name, prog, args...)
 }
 
 // waitFor polls ready until it holds, the process dies, ctx is cancelled
 // or the timeout passes; errors quote the end of the process's log.
-func waitFor(ctx context.Context, timeout time.Duration, p Proc, dir, name string, ready func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if ready() {
-			return nil
-		}
-		if !p.Alive() {
-			return fmt.Errorf("%s exited: %s", name, logTail(dir, name))
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %v: %s", name, timeout, logTail(dir, name))
-		}
-		select {
-		case <-ctx.Done():
-			return errors.New("interrupted")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+func waitFor(ctx context.Context, timeout time.Duration, p Proc, dir string, ready func() bool) error {
+	return proc.WaitReady(ctx, timeout, p.Name, logPath(dir, p.Name), p.Alive, ready)
 }
 
 // logTail returns the last lines of DIR/NAME.log.
-func logTail(dir, name string) string {
-	b, _ := os.ReadFile(filepath.Join(dir, name+".log"))
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 8 {
-		lines = lines[len(lines)-8:]
-	}
-	if len(lines) == 1 && lines[0] == "" {
-		return "(no output in " + filepath.Join(dir, name+".log") + ")"
-	}
-	return strings.Join(lines, "\n")
-}
+func logTail(dir, name string) string { return proc.LogTail(logPath(dir, name)) }

@@ -4,7 +4,8 @@
 // (/v3/kv/put, /v3/kv/range), which needs no client library.
 //
 // Like package zoo it knows nothing about the testbed: servers run through
-// a Runner and connections go through a Dialer.
+// a store.Runner and connections go through a store.Dialer; package proc
+// starts and stops them.
 package etcd
 
 import (
@@ -22,10 +23,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/lab/experiment/zoo"
+	"github.com/detour-overlay/detour/internal/lab/experiment/store"
+	"github.com/detour-overlay/detour/internal/lab/proc"
 )
 
 // Ports of every member.
@@ -42,31 +43,25 @@ const (
 
 // Cluster is a set of etcd members.
 type Cluster struct {
-	Servers []zoo.Server
+	Servers []store.Server
 	Dir     string
-	Run     zoo.Runner
-	Dial    zoo.Dialer
+	Run     store.Runner
+	Dial    store.Dialer
 	// Bin is the etcd binary; default "etcd".
 	Bin string
 
-	procs []*proc
+	procs []*proc.Child
 }
 
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func peerURL(s zoo.Server) string {
+func peerURL(s store.Server) string {
 	return "http://" + net.JoinHostPort(s.Addr, strconv.Itoa(PeerPort))
 }
-func clientURL(s zoo.Server) string {
+func clientURL(s store.Server) string {
 	return "http://" + net.JoinHostPort(s.Addr, strconv.Itoa(ClientPort))
 }
 
 // Args returns member s's command line.
-func (c *Cluster) Args(s zoo.Server) []string {
+func (c *Cluster) Args(s store.Server) []string {
 	var initial []string
 	for _, o := range c.Servers {
 		initial = append(initial, o.Name+"="+peerURL(o))
@@ -95,7 +90,7 @@ func (c *Cluster) Start() error {
 	return nil
 }
 
-func (c *Cluster) startOne(s zoo.Server) error {
+func (c *Cluster) startOne(s store.Server) error {
 	dir := filepath.Join(c.Dir, s.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -107,18 +102,10 @@ func (c *Cluster) startOne(s zoo.Server) error {
 	} else {
 		cmd = exec.Command(argv[0], argv[1:]...)
 	}
-	log, err := os.Create(filepath.Join(dir, "etcd.log"))
+	p, err := proc.StartChild(s.Name, cmd, filepath.Join(dir, "etcd.log"))
 	if err != nil {
 		return err
 	}
-	defer log.Close()
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	p := &proc{name: s.Name, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
 	c.procs = append(c.procs, p)
 	return nil
 }
@@ -127,24 +114,14 @@ func (c *Cluster) startOne(s zoo.Server) error {
 func (c *Cluster) PIDs() []int {
 	var out []int
 	for _, p := range c.procs {
-		out = append(out, p.cmd.Process.Pid)
+		out = append(out, p.PID())
 	}
 	return out
 }
 
 // Stop ends every member by PID.
 func (c *Cluster) Stop() {
-	for _, p := range c.procs {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, p := range c.procs {
-		select {
-		case <-p.done:
-		case <-time.After(3 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	}
+	proc.StopAll(c.procs, 3*time.Second)
 	c.procs = nil
 }
 
@@ -260,7 +237,7 @@ type Client struct {
 }
 
 // Connect opens a client of member s and writes the key once (untimed).
-func Connect(ctx context.Context, s zoo.Server, dial zoo.Dialer, key string, size int) (*Client, error) {
+func Connect(ctx context.Context, s store.Server, dial store.Dialer, key string, size int) (*Client, error) {
 	if dial == nil {
 		dial = net.DialTimeout
 	}
@@ -274,20 +251,20 @@ func Connect(ctx context.Context, s zoo.Server, dial zoo.Dialer, key string, siz
 	_, _ = rand.Read(v)
 	c := &Client{hc: &http.Client{Transport: tr, Timeout: 10 * time.Second}, url: clientURL(s), server: s.Name,
 		key: base64.StdEncoding.EncodeToString([]byte(key)), value64: base64.StdEncoding.EncodeToString(v)}
-	if s := c.Do(zoo.Write); s.Err != "" {
+	if s := c.Do(store.Write); s.Err != "" {
 		return nil, fmt.Errorf("etcd: first put via %s: %s", c.server, s.Err)
 	}
 	return c, nil
 }
 
 // Do runs one timed operation: a put, or a serializable range read.
-func (c *Client) Do(op zoo.Op) zoo.Sample {
-	s := zoo.Sample{Server: c.server, Op: op, Start: time.Now()}
+func (c *Client) Do(op store.Op) store.Sample {
+	s := store.Sample{Server: c.server, Op: op, Start: time.Now()}
 	var err error
 	switch op {
-	case zoo.Write:
+	case store.Write:
 		err = post(c.hc, c.url+"/v3/kv/put", map[string]string{"key": c.key, "value": c.value64}, nil)
-	case zoo.Read:
+	case store.Read:
 		var out struct {
 			Kvs []struct {
 				Value string `json:"value"`

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/lab/experiment/zoo"
+	"github.com/detour-overlay/detour/internal/lab/experiment/store"
 )
 
 func TestArgsCarryWANTimingAndTheWholeCluster(t *testing.T) {
-	c := &Cluster{Dir: "/d", Servers: []zoo.Server{{Name: "CLU", Addr: "198.19.2.1"}, {Name: "LAN", Addr: "198.19.3.1"}}}
+	c := &Cluster{Dir: "/d", Servers: []store.Server{{Name: "CLU", Addr: "198.19.2.1"}, {Name: "LAN", Addr: "198.19.3.1"}}}
 	args := strings.Join(c.Args(c.Servers[1]), " ")
 	for _, want := range []string{
 		"--heartbeat-interval 150", "--election-timeout 1500",
@@ -49,7 +49,7 @@ func TestLoopbackCluster(t *testing.T) {
 	if _, err := exec.LookPath("etcd"); err != nil {
 		t.Skip("etcd not installed (scripts/install-deps.sh)")
 	}
-	c := &Cluster{Dir: t.TempDir(), Servers: []zoo.Server{
+	c := &Cluster{Dir: t.TempDir(), Servers: []store.Server{
 		{Name: "BOR", Addr: "127.0.0.1"}, {Name: "LAN", Addr: "127.0.0.2"}, {Name: "CLU", Addr: "127.0.0.3"},
 	}}
 	if err := c.Start(); err != nil {
@@ -81,7 +81,7 @@ func TestLoopbackCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, op := range []zoo.Op{zoo.Write, zoo.Read} {
+		for _, op := range []store.Op{store.Write, store.Read} {
 			for i := 0; i < 10; i++ {
 				if x := cl.Do(op); x.Err != "" {
 					t.Fatalf("%s %s: %s", s.Name, op, x.Err)

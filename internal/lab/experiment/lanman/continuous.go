@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/detour-overlay/detour/internal/lab/experiment/results"
-	"github.com/detour-overlay/detour/internal/lab/experiment/zoo"
+	"github.com/detour-overlay/detour/internal/lab/experiment/store"
 )
 
 // Continuous is the run of the paper's Figure 7: alternating reads and
@@ -16,7 +16,7 @@ import (
 type Continuous struct {
 	Overlay                string
 	Start, LoadStart, End  time.Time
-	Samples                []zoo.Sample
+	Samples                []store.Sample
 	Routes                 []RouteEvent
 	Truth                  []TruthPoint
 	routeMu, truthMu       sync.Mutex
@@ -59,7 +59,7 @@ func (x *run) continuous(ctx context.Context) error {
 	}
 	defer c.Close()
 	// Warm-up, not recorded.
-	alternate(ctx, c, 2*time.Second, func(zoo.Sample) {})
+	store.Alternate(ctx, c, 2*time.Second, func(store.Sample) {})
 
 	cr := &Continuous{Overlay: x.ov, lastPath: map[[2]string]string{}}
 	pctx, stopPolls := context.WithCancel(ctx)
@@ -73,7 +73,7 @@ func (x *run) continuous(ctx context.Context) error {
 	clientDone := make(chan struct{})
 	go func() {
 		defer close(clientDone)
-		alternate(ctx, c, total, func(s zoo.Sample) { cr.Samples = append(cr.Samples, s) })
+		store.Alternate(ctx, c, total, func(s store.Sample) { cr.Samples = append(cr.Samples, s) })
 	}()
 	x.logf("continuous run: %v idle, then %v with cross traffic", x.cfg.ContinuousIdle, x.cfg.ContinuousLoad)
 	err = sleep(ctx, x.cfg.ContinuousIdle)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/detour-overlay/detour/internal/lab/experiment/results"
-	"github.com/detour-overlay/detour/internal/lab/experiment/zoo"
+	"github.com/detour-overlay/detour/internal/lab/experiment/store"
 )
 
 func TestFullPathAddsMissingEndpoints(t *testing.T) {
@@ -61,9 +61,9 @@ func TestReactFindsTheChangeAndTheSpike(t *testing.T) {
 	cr := &Continuous{Start: t0, LoadStart: at(10), End: at(30)}
 	for i := 0; i < 300; i++ {
 		ts := float64(i) * 0.1
-		op, lat := zoo.Read, 62.0
+		op, lat := store.Read, 62.0
 		if i%2 == 1 {
-			op, lat = zoo.Write, 117.0
+			op, lat = store.Write, 117.0
 		}
 		if ts >= 11 {
 			lat += 8 // the relayed path is a little longer
@@ -71,7 +71,7 @@ func TestReactFindsTheChangeAndTheSpike(t *testing.T) {
 		if i == 105 {
 			lat = 190
 		}
-		cr.Samples = append(cr.Samples, zoo.Sample{Op: op, Start: at(ts), Latency: time.Duration(lat * float64(time.Millisecond))})
+		cr.Samples = append(cr.Samples, store.Sample{Op: op, Start: at(ts), Latency: time.Duration(lat * float64(time.Millisecond))})
 	}
 	cr.Routes = []RouteEvent{
 		{Time: at(0), From: "LAN", To: "CLU", Path: []string{"LAN", "CLU"}},
@@ -112,7 +112,7 @@ func TestReactFindsTheChangeAndTheSpike(t *testing.T) {
 func TestReactWithoutChange(t *testing.T) {
 	t0 := time.Unix(5000, 0)
 	cr := &Continuous{Start: t0, LoadStart: t0.Add(time.Second), End: t0.Add(3 * time.Second)}
-	cr.Samples = []zoo.Sample{{Op: zoo.Read, Start: t0.Add(2 * time.Second), Latency: 130 * time.Millisecond}}
+	cr.Samples = []store.Sample{{Op: store.Read, Start: t0.Add(2 * time.Second), Latency: 130 * time.Millisecond}}
 	if r := cr.React(); r.Rerouted || r.MaxMs != 130 {
 		t.Errorf("reaction %+v: want no reroute and the loaded maximum", r)
 	}
@@ -139,14 +139,14 @@ func TestReportOpensWithTheSummary(t *testing.T) {
 	// 10.8 s and CLU->LAN at 11 s, one write at 10.5 s takes 190 ms.
 	cr := &Continuous{Start: t0, LoadStart: t0.Add(10 * time.Second), End: t0.Add(20 * time.Second)}
 	for i := 0; i < 200; i++ {
-		op, lat := zoo.Read, 62.0
+		op, lat := store.Read, 62.0
 		if i%2 == 1 {
-			op, lat = zoo.Write, 117.0
+			op, lat = store.Write, 117.0
 		}
 		if i == 105 {
 			lat = 190
 		}
-		cr.Samples = append(cr.Samples, zoo.Sample{Op: op, Start: t0.Add(time.Duration(i) * 100 * time.Millisecond), Latency: time.Duration(lat * float64(time.Millisecond))})
+		cr.Samples = append(cr.Samples, store.Sample{Op: op, Start: t0.Add(time.Duration(i) * 100 * time.Millisecond), Latency: time.Duration(lat * float64(time.Millisecond))})
 	}
 	cr.Routes = []RouteEvent{
 		{Time: t0.Add(10800 * time.Millisecond), From: "LAN", To: "CLU", Path: []string{"LAN", "NEU", "CLU"}},

@@ -11,7 +11,7 @@ import (
 
 	"github.com/detour-overlay/detour/internal/lab/experiment/model"
 	"github.com/detour-overlay/detour/internal/lab/experiment/results"
-	"github.com/detour-overlay/detour/internal/lab/experiment/zoo"
+	"github.com/detour-overlay/detour/internal/lab/experiment/store"
 	"github.com/detour-overlay/detour/internal/lab/testbed"
 )
 
@@ -126,7 +126,7 @@ type run struct {
 	res    *Result
 	tb     *Testbed
 	st     *testbed.Status
-	store  store
+	store  replicated
 	agents map[string]*Agent
 	// loaded is true while the cross traffic runs.
 	loaded bool
@@ -367,7 +367,7 @@ func (x *run) measureServers(ctx context.Context, phase string) error {
 		if err != nil {
 			return err
 		}
-		samples := runOps(ctx, c, []zoo.Op{zoo.Read, zoo.Write}, x.cfg.Ops, x.cfg.Warmup)
+		samples := store.Run(ctx, c, []store.Op{store.Read, store.Write}, x.cfg.Ops, x.cfg.Warmup)
 		c.Close()
 		if err := ctx.Err(); err != nil {
 			return err
@@ -380,7 +380,7 @@ func (x *run) measureServers(ctx context.Context, phase string) error {
 	return nil
 }
 
-func (x *run) record(phase string, s zoo.Sample) results.Record {
+func (x *run) record(phase string, s store.Sample) results.Record {
 	return results.Record{Overlay: x.ov, Phase: phase, Server: s.Server, Op: string(s.Op),
 		Seq: s.Seq, Start: s.Start, Latency: s.Latency, Err: s.Err}
 }
@@ -411,7 +411,7 @@ func (x *run) predict(phase string, smp *Sampler, recs []results.Record) {
 }
 
 func predictOp(n model.Net, q model.Quorum, k opKey) (float64, error) {
-	if k.Op == string(zoo.Read) {
+	if k.Op == string(store.Read) {
 		return model.Read(n, Client, k.Server)
 	}
 	return model.Write(n, q, Client, k.Server)
@@ -448,7 +448,7 @@ func windows(recs []results.Record) map[opKey][2]time.Time {
 }
 
 // brief is a one-line progress summary of a server's samples.
-func brief(samples []zoo.Sample) string {
+func brief(samples []store.Sample) string {
 	var r, w []float64
 	fails := 0
 	for _, s := range samples {
@@ -457,7 +457,7 @@ func brief(samples []zoo.Sample) string {
 			continue
 		}
 		ms := float64(s.Latency) / 1e6
-		if s.Op == zoo.Read {
+		if s.Op == store.Read {
 			r = append(r, ms)
 		} else {
 			w = append(w, ms)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/detour-overlay/detour/internal/lab/experiment/etcd"
 	"github.com/detour-overlay/detour/internal/lab/experiment/nsnet"
+	"github.com/detour-overlay/detour/internal/lab/experiment/store"
 	"github.com/detour-overlay/detour/internal/lab/experiment/zoo"
 )
 
@@ -19,9 +20,9 @@ const (
 	Etcd      = "etcd"
 )
 
-// store is a replicated store deployed on the testbed: one server per
-// site in the site's first host, the leader at Leader.
-type store interface {
+// replicated is a replicated store deployed on the testbed: one server
+// per site in the site's first host, the leader at Leader.
+type replicated interface {
 	// start deploys the servers and waits until Leader leads.
 	start(ctx context.Context) error
 	stop()
@@ -30,26 +31,26 @@ type store interface {
 	connect(ctx context.Context, server, key string) (doer, error)
 }
 
-// doer runs one timed operation.
+// doer runs one timed operation through its session with one server.
 type doer interface {
-	Do(op zoo.Op) zoo.Sample
+	store.Doer
 	Close()
 }
 
 // newStore returns the store named by kind with servers at Servers.
-func (x *run) newStore(kind string) (store, error) {
-	var servers []zoo.Server
+func (x *run) newStore(kind string) (replicated, error) {
+	var servers []store.Server
 	for _, name := range Servers {
 		s, err := site(x.st, name)
 		if err != nil {
 			return nil, err
 		}
-		servers = append(servers, zoo.Server{Name: name, ID: myid[name], Addr: s.Hosts[0].Addr})
+		servers = append(servers, store.Server{Name: name, ID: myid[name], Addr: s.Hosts[0].Addr})
 	}
 	runIn := func(server string, argv []string) *exec.Cmd {
 		return nsnet.Command(x.site(server).Hosts[0].NS, argv...)
 	}
-	dial := zoo.Dialer(nsnet.Dialer(x.site(Client).Hosts[0].NS))
+	dial := store.Dialer(nsnet.Dialer(x.site(Client).Hosts[0].NS))
 	dir := x.cfg.WorkDir + "/" + kind + "-" + x.ov
 	switch kind {
 	case ZooKeeper, "":
@@ -63,7 +64,7 @@ func (x *run) newStore(kind string) (store, error) {
 // zooStore is ZooKeeper 3.8: CLU leads because it has the highest myid.
 type zooStore struct {
 	x    *run
-	dial zoo.Dialer
+	dial store.Dialer
 	ens  *zoo.Ensemble
 }
 
@@ -94,7 +95,7 @@ func (z *zooStore) connect(ctx context.Context, server, key string) (doer, error
 // etcdStore is etcd 3.4 with WAN timing; the leadership is moved to CLU.
 type etcdStore struct {
 	x    *run
-	dial zoo.Dialer
+	dial store.Dialer
 	c    *etcd.Cluster
 }
 
@@ -121,37 +122,6 @@ func (e *etcdStore) connect(ctx context.Context, server, key string) (doer, erro
 		}
 	}
 	return nil, fmt.Errorf("etcd: no server %s", server)
-}
-
-// runOps performs warmup untimed operations of each kind and then n timed
-// ones, one kind after the other.
-func runOps(ctx context.Context, d doer, ops []zoo.Op, n, warmup int) []zoo.Sample {
-	var out []zoo.Sample
-	for _, op := range ops {
-		for i := 0; i < warmup && ctx.Err() == nil; i++ {
-			d.Do(op)
-		}
-		for i := 0; i < n && ctx.Err() == nil; i++ {
-			s := d.Do(op)
-			s.Seq = i
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// alternate performs read, write, read, … for dur or until ctx ends.
-func alternate(ctx context.Context, d doer, dur time.Duration, each func(zoo.Sample)) {
-	end := time.Now().Add(dur)
-	for i := 0; ctx.Err() == nil && time.Now().Before(end); i++ {
-		op := zoo.Read
-		if i%2 == 1 {
-			op = zoo.Write
-		}
-		s := d.Do(op)
-		s.Seq = i
-		each(s)
-	}
 }
 
 // collectLogs moves the testbed's logs (agents, emulator, tinc, cross

@@ -10,27 +10,9 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/detour-overlay/detour/internal/lab/experiment/store"
 )
-
-// Op is a kind of operation the benchmark times.
-type Op string
-
-// The operations: a plain (local) read of a znode and an overwrite of it.
-const (
-	Read  Op = "read"
-	Write Op = "write"
-)
-
-// Sample is the outcome of one timed operation.
-type Sample struct {
-	Server  string
-	Op      Op
-	Seq     int
-	Start   time.Time
-	Latency time.Duration
-	// Err is empty when the operation succeeded.
-	Err string
-}
 
 // Client is one ZooKeeper session with one server.
 type Client struct {
@@ -52,7 +34,7 @@ func (quietLogger) Printf(string, ...any) {}
 // port is ClientPort) through dial, waits until the session is established
 // and creates the znode path with size bytes of random data if it does not
 // exist. Session setup is itself a quorum write: it is not timed.
-func Connect(ctx context.Context, name, addr string, dial Dialer, path string, size int) (*Client, error) {
+func Connect(ctx context.Context, name, addr string, dial store.Dialer, path string, size int) (*Client, error) {
 	if dial == nil {
 		dial = net.DialTimeout
 	}
@@ -115,17 +97,17 @@ func parentOf(p string) string {
 func (c *Client) Close() { c.conn.Close() }
 
 // Do runs one synchronous operation and times it.
-func (c *Client) Do(op Op) Sample {
-	s := Sample{Server: c.server, Op: op, Start: time.Now()}
+func (c *Client) Do(op store.Op) store.Sample {
+	s := store.Sample{Server: c.server, Op: op, Start: time.Now()}
 	var err error
 	switch op {
-	case Read:
+	case store.Read:
 		var b []byte
 		b, _, err = c.conn.Get(c.path)
 		if err == nil && len(b) != len(c.data) {
 			err = fmt.Errorf("read %d bytes, want %d", len(b), len(c.data))
 		}
-	case Write:
+	case store.Write:
 		_, err = c.conn.Set(c.path, c.data, -1)
 	default:
 		err = fmt.Errorf("unknown operation %q", op)
@@ -135,38 +117,4 @@ func (c *Client) Do(op Op) Sample {
 		s.Err = err.Error()
 	}
 	return s
-}
-
-// Run performs warmup untimed operations of each kind in ops and then n
-// timed ones of each kind, one kind after the other, and returns the timed
-// samples. It stops early when ctx ends.
-func (c *Client) Run(ctx context.Context, ops []Op, n, warmup int) []Sample {
-	var out []Sample
-	for _, op := range ops {
-		for i := 0; i < warmup && ctx.Err() == nil; i++ {
-			c.Do(op)
-		}
-		for i := 0; i < n && ctx.Err() == nil; i++ {
-			s := c.Do(op)
-			s.Seq = i
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// Alternate performs read, write, read, write, … until ctx ends or d has
-// passed, calling each(sample) after every operation (the continuous run
-// of the paper's Figure 7).
-func (c *Client) Alternate(ctx context.Context, d time.Duration, each func(Sample)) {
-	end := time.Now().Add(d)
-	for i := 0; ctx.Err() == nil && time.Now().Before(end); i++ {
-		op := Read
-		if i%2 == 1 {
-			op = Write
-		}
-		s := c.Do(op)
-		s.Seq = i
-		each(s)
-	}
 }

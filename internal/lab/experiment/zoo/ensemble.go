@@ -4,8 +4,9 @@
 // github.com/go-zookeeper/zk.
 //
 // The package knows nothing about the testbed: every server runs through a
-// Runner (which may place it in a network namespace) and every connection
-// goes through a Dialer (which may open its socket in one). The loopback
+// store.Runner (which may place it in a network namespace) and every
+// connection goes through a store.Dialer (which may open its socket in
+// one); package proc starts and stops the servers. The loopback
 // tests run three servers on 127.0.0.1, 127.0.0.2 and 127.0.0.3.
 package zoo
 
@@ -20,8 +21,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/detour-overlay/detour/internal/lab/experiment/store"
+	"github.com/detour-overlay/detour/internal/lab/proc"
 )
 
 // Default locations of the Debian package's files.
@@ -34,35 +37,16 @@ const (
 	ElectionPort = 3888
 )
 
-// Dialer opens a TCP connection; it has the signature of the zk client's
-// dialer so that one value serves both.
-type Dialer func(network, address string, timeout time.Duration) (net.Conn, error)
-
-// Runner builds the command that runs argv on one server's machine (for
-// the testbed, inside that site's host namespace). It must not start it.
-type Runner func(server string, argv []string) *exec.Cmd
-
-// Server is one member of the ensemble.
-type Server struct {
-	// Name identifies the server (a site name in the experiment).
-	Name string
-	// ID is the server's myid; with equal data the highest ID is elected
-	// leader.
-	ID int
-	// Addr is the IP address the server binds and the others reach it at.
-	Addr string
-}
-
 // Ensemble is a set of servers sharing one configuration.
 type Ensemble struct {
-	Servers []Server
+	Servers []store.Server
 	// Dir holds one sub-directory per server (config, data, logs).
 	Dir string
 	// Run starts a server process; nil runs it directly.
-	Run Runner
+	Run store.Runner
 	// Dial reaches a server's client port for four-letter words; nil dials
 	// from the current namespace.
-	Dial Dialer
+	Dial store.Dialer
 	// Jar defaults to the Debian package's (libzookeeper-java).
 	Jar string
 	// ConfDir is the directory on the class path holding log4j.properties;
@@ -74,20 +58,12 @@ type Ensemble struct {
 	// TickTime is ZooKeeper's tick; zero means 2 s (its default).
 	TickTime time.Duration
 
-	procs []*proc
-}
-
-// proc is one started server process and the channel closed when it has
-// exited (a goroutine waits for it from the start).
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
+	procs []*proc.Child
 }
 
 // Leader returns the server with the highest ID, the one ZooKeeper elects.
-func (e *Ensemble) Leader() Server {
-	var l Server
+func (e *Ensemble) Leader() store.Server {
+	var l store.Server
 	for _, s := range e.Servers {
 		if s.ID > l.ID {
 			l = s
@@ -97,7 +73,7 @@ func (e *Ensemble) Leader() Server {
 }
 
 // Config returns the zoo.cfg of server s.
-func (e *Ensemble) Config(s Server) string {
+func (e *Ensemble) Config(s store.Server) string {
 	tick := e.TickTime
 	if tick == 0 {
 		tick = 2 * time.Second
@@ -117,11 +93,11 @@ func (e *Ensemble) Config(s Server) string {
 	return b.String()
 }
 
-func (e *Ensemble) serverDir(s Server) string { return filepath.Join(e.Dir, s.Name) }
-func (e *Ensemble) dataDir(s Server) string   { return filepath.Join(e.serverDir(s), "data") }
+func (e *Ensemble) serverDir(s store.Server) string { return filepath.Join(e.Dir, s.Name) }
+func (e *Ensemble) dataDir(s store.Server) string   { return filepath.Join(e.serverDir(s), "data") }
 
 // LogFile is the path of server s's ZooKeeper log.
-func (e *Ensemble) LogFile(s Server) string {
+func (e *Ensemble) LogFile(s store.Server) string {
 	return filepath.Join(e.serverDir(s), "zookeeper.log")
 }
 
@@ -139,7 +115,7 @@ log4j.appender.ROLLINGFILE.layout.ConversionPattern=%d{ISO8601} - %-5p [%t:%C{1}
 
 // write lays out server s's directory: data/myid, log4j.properties and
 // zoo.cfg.
-func (e *Ensemble) write(s Server) (string, error) {
+func (e *Ensemble) write(s store.Server) (string, error) {
 	if err := os.MkdirAll(e.dataDir(s), 0o755); err != nil {
 		return "", err
 	}
@@ -156,7 +132,7 @@ func (e *Ensemble) write(s Server) (string, error) {
 }
 
 // argv is the java command line of server s, as the field notes give it.
-func (e *Ensemble) argv(s Server, cfg string) []string {
+func (e *Ensemble) argv(s store.Server, cfg string) []string {
 	jar, conf := e.Jar, e.ConfDir
 	if jar == "" {
 		jar = DefaultJar
@@ -185,7 +161,7 @@ func (e *Ensemble) Start() error {
 	return nil
 }
 
-func (e *Ensemble) startOne(s Server) error {
+func (e *Ensemble) startOne(s store.Server) error {
 	cfg, err := e.write(s)
 	if err != nil {
 		return err
@@ -197,23 +173,10 @@ func (e *Ensemble) startOne(s Server) error {
 	} else {
 		cmd = exec.Command(argv[0], argv[1:]...)
 	}
-	out, err := os.Create(filepath.Join(e.serverDir(s), "stdout.log"))
+	p, err := proc.StartChild(s.Name, cmd, filepath.Join(e.serverDir(s), "stdout.log"))
 	if err != nil {
 		return err
 	}
-	defer out.Close()
-	cmd.Stdout, cmd.Stderr = out, out
-	// The JVM dies with us even if we are killed without a chance to
-	// clean up.
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	p := &proc{name: s.Name, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
 	e.procs = append(e.procs, p)
 	return nil
 }
@@ -222,24 +185,14 @@ func (e *Ensemble) startOne(s Server) error {
 func (e *Ensemble) PIDs() []int {
 	var p []int
 	for _, c := range e.procs {
-		p = append(p, c.cmd.Process.Pid)
+		p = append(p, c.PID())
 	}
 	return p
 }
 
 // Stop kills every server this ensemble started, by PID, and waits for it.
 func (e *Ensemble) Stop() {
-	for _, p := range e.procs {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, p := range e.procs {
-		select {
-		case <-p.done:
-		case <-time.After(3 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	}
+	proc.StopAll(e.procs, 3*time.Second)
 	e.procs = nil
 }
 
@@ -271,10 +224,8 @@ func (e *Ensemble) WaitQuorum(ctx context.Context) (map[string]string, error) {
 // exited reports a server process that has already died.
 func (e *Ensemble) exited() error {
 	for _, p := range e.procs {
-		select {
-		case <-p.done:
-			return fmt.Errorf("zoo: server %s exited (%v); see %s", p.name, p.cmd.ProcessState, filepath.Join(e.Dir, p.name))
-		default:
+		if done, how := p.Exited(); done {
+			return fmt.Errorf("zoo: server %s exited (%v); see %s", p.Name, how, filepath.Join(e.Dir, p.Name))
 		}
 	}
 	return nil
@@ -309,7 +260,7 @@ func (e *Ensemble) Modes() (map[string]string, error) {
 
 // FourLetter sends a four-letter word to the server at addr and returns
 // its whole answer.
-func FourLetter(dial Dialer, addr, word string) (string, error) {
+func FourLetter(dial store.Dialer, addr, word string) (string, error) {
 	if dial == nil {
 		dial = net.DialTimeout
 	}

@@ -8,10 +8,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/detour-overlay/detour/internal/lab/experiment/store"
 )
 
 func TestConfigNamesEveryServerAndBindsItsOwnAddress(t *testing.T) {
-	e := &Ensemble{Dir: "/tmp/x", Servers: []Server{
+	e := &Ensemble{Dir: "/tmp/x", Servers: []store.Server{
 		{Name: "BOR", ID: 1, Addr: "198.18.1.10"},
 		{Name: "LAN", ID: 2, Addr: "198.18.3.10"},
 		{Name: "CLU", ID: 3, Addr: "198.18.2.10"},
@@ -70,7 +72,7 @@ func TestLoopbackEnsemble(t *testing.T) {
 	if _, err := exec.LookPath("java"); err != nil {
 		t.Skip("java not installed")
 	}
-	e := &Ensemble{Dir: t.TempDir(), TickTime: 500 * time.Millisecond, Servers: []Server{
+	e := &Ensemble{Dir: t.TempDir(), TickTime: 500 * time.Millisecond, Servers: []store.Server{
 		{Name: "BOR", ID: 1, Addr: "127.0.0.1"},
 		{Name: "LAN", ID: 2, Addr: "127.0.0.2"},
 		{Name: "CLU", ID: 3, Addr: "127.0.0.3"},
@@ -105,19 +107,19 @@ func TestLoopbackEnsemble(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		samples := c.Run(ctx, []Op{Read, Write}, 20, 5)
+		samples := store.Run(ctx, c, []store.Op{store.Read, store.Write}, 20, 5)
 		c.Close()
 		if len(samples) != 40 {
 			t.Fatalf("%s: %d samples, want 40", s.Name, len(samples))
 		}
-		med := map[Op][]time.Duration{}
+		med := map[store.Op][]time.Duration{}
 		for _, x := range samples {
 			if x.Err != "" {
 				t.Fatalf("%s %s #%d: %s", s.Name, x.Op, x.Seq, x.Err)
 			}
 			med[x.Op] = append(med[x.Op], x.Latency)
 		}
-		r, w := median(med[Read]), median(med[Write])
+		r, w := median(med[store.Read]), median(med[store.Write])
 		t.Logf("%s: read median %v, write median %v", s.Name, r, w)
 		if w < r {
 			t.Errorf("%s: write median %v below read median %v", s.Name, w, r)
