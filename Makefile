@@ -13,7 +13,7 @@ GO ?= go
 BIN := bin/detour
 LAB_BIN := bin/detour-lab
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/detour-overlay/detour/internal/cli.Version=$(VERSION)
+LDFLAGS := -X github.com/detour-overlay/detour/internal/cli/command.Version=$(VERSION)
 
 .PHONY: all build deps demo test test-unit test-netns bench fuzz vet clean
 

@@ -2,99 +2,25 @@
 // the agent and the operator's commands. Each subcommand lives in its own
 // file and adds itself to the registry with Register from an init
 // function, so that independent parts of the program do not edit one
-// table. The lab's binary, detour-lab, keeps its own Set of commands (see
-// package labcli) and shares Set, ErrUsage and VersionCommand with it.
+// table. The registry is package command's, which the lab's binary,
+// detour-lab, uses too (package labcli) without linking any of these.
 package cli
 
 import (
-	"errors"
-	"fmt"
 	"io"
-	"sort"
-	"strings"
+
+	"github.com/detour-overlay/detour/internal/cli/command"
 )
 
-// Command is one subcommand of a binary.
-type Command struct {
-	// Name is the word that selects the command, e.g. "agent".
-	Name string
-	// Summary is a one-line description shown by "PROG help".
-	Summary string
-	// Run executes the command with the arguments that follow its name.
-	// It returns the process exit code.
-	Run func(args []string, stdout, stderr io.Writer) int
-}
-
-// Set is the subcommands of one binary.
-type Set struct {
-	// Prog is the binary's name, used in usage and error messages.
-	Prog     string
-	commands map[string]Command
-}
-
-// NewSet returns an empty set of subcommands for the binary prog.
-func NewSet(prog string) *Set {
-	return &Set{Prog: prog, commands: map[string]Command{}}
-}
-
-// Register adds c to the set. It panics on a duplicate name, which is a
-// programming error.
-func (s *Set) Register(c Command) {
-	if _, dup := s.commands[c.Name]; dup {
-		panic("cli: duplicate command " + c.Name)
-	}
-	s.commands[c.Name] = c
-}
+// Command is one subcommand of the detour binary.
+type Command = command.Command
 
 // ErrUsage marks an error caused by the command line itself; commands that
 // return it exit with status 2.
-var ErrUsage = errors.New("usage")
-
-// Main runs the subcommand named by args[0] and returns the exit code.
-func (s *Set) Main(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		s.usage(stdout)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	c, ok := s.commands[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "%s: unknown command %q (see '%s help')\n", s.Prog, args[0], s.Prog)
-		return 2
-	}
-	return c.Run(args[1:], stdout, stderr)
-}
-
-func (s *Set) usage(w io.Writer) {
-	names := make([]string, 0, len(s.commands))
-	for n := range s.commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var b strings.Builder
-	fmt.Fprintf(&b, "usage: %s COMMAND [ARGS]\n\ncommands:\n", s.Prog)
-	for _, n := range names {
-		fmt.Fprintf(&b, "  %-12s %s\n", n, s.commands[n].Summary)
-	}
-	fmt.Fprintf(&b, "\nRun '%s COMMAND -h' for a command's options.\n", s.Prog)
-	io.WriteString(w, b.String())
-}
-
-// Fail prints err to stderr prefixed with the binary's and the command's
-// names and returns the exit code that matches it: 2 for usage errors, 1
-// otherwise.
-func (s *Set) Fail(stderr io.Writer, cmd string, err error) int {
-	fmt.Fprintf(stderr, "%s %s: %v\n", s.Prog, cmd, err)
-	if errors.Is(err, ErrUsage) {
-		return 2
-	}
-	return 1
-}
+var ErrUsage = command.ErrUsage
 
 // gateway is the set of the detour binary.
-var gateway = NewSet("detour")
+var gateway = command.NewSet("detour")
 
 // Register adds c to the commands of the detour binary.
 func Register(c Command) { gateway.Register(c) }
@@ -103,5 +29,5 @@ func Register(c Command) { gateway.Register(c) }
 // the exit code.
 func Main(args []string, stdout, stderr io.Writer) int { return gateway.Main(args, stdout, stderr) }
 
-// Fail reports a failed command of the detour binary (see Set.Fail).
+// Fail reports a failed command of the detour binary (see command.Set.Fail).
 func Fail(stderr io.Writer, cmd string, err error) int { return gateway.Fail(stderr, cmd, err) }

@@ -14,13 +14,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/cli"
+	"github.com/detour-overlay/detour/internal/cli/command"
 	"github.com/detour-overlay/detour/internal/lab/experiment/lanman"
 	"github.com/detour-overlay/detour/internal/lab/testbed"
 )
 
 func init() {
-	lab.Register(cli.Command{Name: "experiment", Summary: "run an experiment on the testbed (lanman2017: geo-replicated ZooKeeper)", Run: runExperiment})
+	lab.Register(command.Command{Name: "experiment", Summary: "run an experiment on the testbed (lanman2017: geo-replicated ZooKeeper)", Run: runExperiment})
 }
 
 const experimentUsage = `usage: detour-lab experiment lanman2017 [--overlays vxlan,tinc,detour] [--short] [--out DIR] [--ops N]

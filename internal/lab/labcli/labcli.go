@@ -8,23 +8,23 @@ package labcli
 import (
 	"io"
 
-	"github.com/detour-overlay/detour/internal/cli"
+	"github.com/detour-overlay/detour/internal/cli/command"
 )
 
 // prog is the name of the lab's binary.
 const prog = "detour-lab"
 
 // lab is the set of detour-lab's subcommands.
-var lab = cli.NewSet(prog)
+var lab = command.NewSet(prog)
 
-func init() { lab.Register(cli.VersionCommand(prog)) }
+func init() { lab.Register(command.VersionCommand(prog)) }
 
 // Main runs the detour-lab subcommand named by args[0] and returns the
 // exit code.
 func Main(args []string, stdout, stderr io.Writer) int { return lab.Main(args, stdout, stderr) }
 
-// fail reports a failed detour-lab command (see cli.Set.Fail).
+// fail reports a failed detour-lab command (see command.Set.Fail).
 func fail(stderr io.Writer, cmd string, err error) int { return lab.Fail(stderr, cmd, err) }
 
 // errUsage marks an error in the command line (exit status 2).
-var errUsage = cli.ErrUsage
+var errUsage = command.ErrUsage

@@ -16,14 +16,14 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/cli"
+	"github.com/detour-overlay/detour/internal/cli/command"
 	"github.com/detour-overlay/detour/internal/lab/scenario"
 	"github.com/detour-overlay/detour/internal/lab/testbed"
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
 func init() {
-	lab.Register(cli.Command{
+	lab.Register(command.Command{
 		Name:    "testbed",
 		Summary: "emulate a multi-site WAN on this machine (up, down, status, exec, link, truth, traffic)",
 		Run:     runTestbed,
