@@ -7,9 +7,13 @@
 # when /usr/local/go does not exist.
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
+# Two binaries: detour (the gateway's daemon and the operator's CLI) and
+# detour-lab (the testbed, the WAN emulator and the experiments), which
+# runs the detour beside it as each site's agent.
 BIN := bin/detour
+LAB_BIN := bin/detour-lab
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/detour-overlay/detour/internal/cli.Version=$(VERSION)
+LDFLAGS := -X github.com/detour-overlay/detour/internal/cli/command.Version=$(VERSION)
 
 .PHONY: all build deps demo test test-unit test-netns bench fuzz vet clean
 
@@ -17,6 +21,7 @@ all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/detour
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(LAB_BIN) ./cmd/detour-lab
 
 deps:
 	bash scripts/install-deps.sh
@@ -34,12 +39,15 @@ SHELL := /bin/bash
 # "ok"/"FAIL" package lines.
 PROGRESS = $(GO) run ./internal/devtools/testprogress
 
+# The namespace tests run the binaries make build made.
+NETNS_ENV = DETOUR_BIN=$(CURDIR)/$(BIN) DETOUR_LAB_BIN=$(CURDIR)/$(LAB_BIN)
+
 # Unit tests (pure logic, in-process multi-site scenarios) and then the tests
 # that run the real thing in network namespaces (need root).
 test: deps build vet
 	set -o pipefail; $(GO) test -json -count=1 ./... 2>&1 | $(PROGRESS)
-	set -o pipefail; DETOUR_BIN=$(CURDIR)/$(BIN) $(GO) test -json -count=1 -p 1 -timeout 18m -tags netns ./test/... 2>&1 | $(PROGRESS) || \
-		{ DETOUR_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run '^$$' -tags netns ./test/... >/dev/null; exit 1; }
+	set -o pipefail; $(NETNS_ENV) $(GO) test -json -count=1 -p 1 -timeout 18m -tags netns ./test/... 2>&1 | $(PROGRESS) || \
+		{ $(NETNS_ENV) $(GO) test -count=1 -run '^$$' -tags netns ./test/... >/dev/null; exit 1; }
 
 test-unit:
 	$(GO) test -count=1 ./...

@@ -8,28 +8,29 @@ cd "$(dirname "$0")/.."
 mkdir -p results
 make build >/dev/null
 BIN=$PWD/bin/detour
+LAB=$PWD/bin/detour-lab
 LOG=results/bench-edge.log
 SECS=${DETOUR_EDGE_SECONDS:-15}
 : >"$LOG"
 # TestEdgeMTU's claim, "as fast as with MTU 1400 everywhere within 10 %",
 # with five interleaved rounds of each.
-DETOUR_BIN=$BIN DETOUR_EDGE_SECONDS=$SECS DETOUR_EDGE_MTU_ROUNDS=5 DETOUR_EDGE_MTU_TOLERANCE=10 go test -count=1 -p 1 -timeout 20m -tags netns \
+DETOUR_BIN=$BIN DETOUR_LAB_BIN=$LAB DETOUR_EDGE_SECONDS=$SECS DETOUR_EDGE_MTU_ROUNDS=5 DETOUR_EDGE_MTU_TOLERANCE=10 go test -count=1 -p 1 -timeout 20m -tags netns \
 	-run 'TestEdge(RateLimits|MTU|EncryptionCost|Migration)$' -v ./test/ 2>&1 | grep -E 'edge_test|^(---|ok|FAIL)' | tee -a "$LOG"
 status=${PIPESTATUS[0]}
 # Encryption cost on a kernel underlay: one TCP flow and idle RTT.
 for ov in detour-plain detour; do
 	dir=$(mktemp -d /tmp/detour-bench-edge-XXXXXX)
 	export DETOUR_TESTBED_STATE=$dir DETOUR_TESTBED_PREFIX=dtbe-
-	trap '$BIN testbed down >/dev/null 2>&1; rm -rf "$dir"' EXIT
-	$BIN testbed up leon-japan --overlay $ov --underlay kernel >/dev/null || { status=1; continue; }
-	rtt=$($BIN testbed exec Fujisawa -- ping -q -c 200 -i 0.01 198.19.3.1 | awk -F/ '/rtt/ {print $5}')
+	trap '$LAB testbed down >/dev/null 2>&1; rm -rf "$dir"' EXIT
+	$LAB testbed up leon-japan --overlay $ov --underlay kernel >/dev/null || { status=1; continue; }
+	rtt=$($LAB testbed exec Fujisawa -- ping -q -c 200 -i 0.01 198.19.3.1 | awk -F/ '/rtt/ {print $5}')
 	ip netns exec dtbe-seoul.h1 iperf3 -s -1 -p 5450 >/dev/null 2>&1 &
 	srv=$!
 	sleep 0.5
-	mbps=$($BIN testbed exec Fujisawa -- iperf3 -c 198.19.3.1 -p 5450 -t "$SECS" -O 1 -J | python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))')
+	mbps=$($LAB testbed exec Fujisawa -- iperf3 -c 198.19.3.1 -p 5450 -t "$SECS" -O 1 -J | python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))')
 	wait $srv 2>/dev/null
 	echo "kernel underlay, $ov: one TCP flow Fujisawa host -> Seoul host ${SECS} s: $mbps Mbit/s; idle ping avg RTT $rtt ms" | tee -a "$LOG"
-	$BIN testbed down >/dev/null
+	$LAB testbed down >/dev/null
 	rm -rf "$dir"
 	trap - EXIT
 done

@@ -11,5 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${DETOUR_BIN:-$PWD/bin/detour}
+lab=${DETOUR_LAB_BIN:-$(dirname "$bin")/detour-lab}
 [ -x "$bin" ] || go build -o "$bin" ./cmd/detour
-exec "$bin" experiment lanman2017 --store etcd --out results/bench-etcd "$@"
+[ -x "$lab" ] || go build -o "$lab" ./cmd/detour-lab
+export DETOUR_BIN=$bin DETOUR_LAB_BIN=$lab
+exec "$lab" experiment lanman2017 --store etcd --out results/bench-etcd "$@"

@@ -13,7 +13,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${DETOUR_BIN:-$PWD/bin/detour}
+lab=${DETOUR_LAB_BIN:-$(dirname "$bin")/detour-lab}
 [ -x "$bin" ] || go build -o "$bin" ./cmd/detour
+[ -x "$lab" ] || go build -o "$lab" ./cmd/detour-lab
+export DETOUR_BIN=$bin DETOUR_LAB_BIN=$lab
 mkdir -p results
 log=results/bench-failover-$(date +%Y%m%d-%H%M%S).log
 run=${1:-'TestFailover(|Lanman2017)$'}

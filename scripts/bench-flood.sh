@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 mkdir -p results
 make build >/dev/null
 LOG=results/bench-flood.log
-DETOUR_BIN=$PWD/bin/detour DETOUR_FLOOD_SECONDS=${DETOUR_FLOOD_SECONDS:-10} \
+DETOUR_BIN=$PWD/bin/detour DETOUR_LAB_BIN=$PWD/bin/detour-lab DETOUR_FLOOD_SECONDS=${DETOUR_FLOOD_SECONDS:-10} \
 	DETOUR_FLOOD_TCP_SHARE=${DETOUR_FLOOD_TCP_SHARE:-0.9} \
 	DETOUR_FLOOD_REPORT=$PWD/results/bench-flood.txt \
 	go test -count=1 -p 1 -timeout 20m -tags netns -run 'TestFloodHandshakes$' -v ./test/ 2>&1 |

@@ -12,7 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${DETOUR_BIN:-$PWD/bin/detour}
+lab=${DETOUR_LAB_BIN:-$(dirname "$bin")/detour-lab}
 [ -x "$bin" ] || go build -o "$bin" ./cmd/detour
+[ -x "$lab" ] || go build -o "$lab" ./cmd/detour-lab
+export DETOUR_BIN=$bin DETOUR_LAB_BIN=$lab
 py=python3
 # matplotlib comes from the Python environment scripts/install-deps.sh makes
 # in /opt/detour/python, or from Debian's python3-matplotlib.
@@ -20,4 +23,4 @@ py=python3
 if ! $py -c 'import matplotlib' 2>/dev/null && [ -x /opt/detour/python/bin/python3 ]; then
 	py=/opt/detour/python/bin/python3
 fi
-exec "$py" scripts/bench_overlays.py --bin "$bin" "$@"
+exec "$py" scripts/bench_overlays.py --bin "$bin" --lab "$lab" "$@"

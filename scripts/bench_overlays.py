@@ -22,7 +22,7 @@ range. It is written, with the raw samples and a plot, to
 results/bench/DATE/ and printed. Everything runs in the testbed's own
 namespaces (198.18.0.0/15) and is torn down, by PID, even on failure.
 
-usage: bench_overlays.py --bin bin/detour [--runs 3] [--secs 3] [--udp-layout pinned|free] [--out DIR]
+usage: bench_overlays.py --bin bin/detour [--lab bin/detour-lab] [--runs 3] [--secs 3] [--udp-layout pinned|free] [--out DIR]
 """
 
 import argparse
@@ -52,25 +52,26 @@ HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench-overl
 
 
 class Testbed:
-    """A testbed brought up with the detour binary, always torn down."""
+    """A testbed brought up with the detour-lab binary (lab), whose agents
+    run the detour binary (bin), always torn down."""
 
-    def __init__(self, binary, state):
-        self.bin, self.state = binary, state
-        self.env = dict(os.environ, DETOUR_TESTBED_STATE=state, DETOUR_TESTBED_PREFIX=PREFIX)
+    def __init__(self, binary, lab, state):
+        self.bin, self.lab, self.state = binary, lab, state
+        self.env = dict(os.environ, DETOUR_TESTBED_STATE=state, DETOUR_TESTBED_PREFIX=PREFIX, DETOUR_BIN=binary)
         self.up_now = False
 
     def up(self, scenario, overlay, underlay):
-        cmd = [self.bin, "testbed", "up", scenario, "--overlay", overlay, "--underlay", underlay]
+        cmd = [self.lab, "testbed", "up", scenario, "--overlay", overlay, "--underlay", underlay]
         self.up_now = True
         subprocess.run(cmd, env=self.env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
-        st = json.loads(subprocess.run([self.bin, "testbed", "status", "--json"], env=self.env, check=True,
+        st = json.loads(subprocess.run([self.lab, "testbed", "status", "--json"], env=self.env, check=True,
                                        capture_output=True, timeout=30).stdout)
         self.sites = {s["name"]: s for s in st["sites"]}
         self.procs = {p["name"]: p["pid"] for p in st.get("procs") or []}
 
     def down(self):
         if self.up_now:
-            subprocess.run([self.bin, "testbed", "down"], env=self.env, stdout=subprocess.DEVNULL,
+            subprocess.run([self.lab, "testbed", "down"], env=self.env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, timeout=120)
             self.up_now = False
 
@@ -491,7 +492,8 @@ def plot(cases, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default="bin/detour")
+    ap.add_argument("--bin", default="bin/detour", help="the detour binary (the agents, route pin)")
+    ap.add_argument("--lab", default="", help="the detour-lab binary (default: detour-lab beside --bin)")
     ap.add_argument("--scenario", default="leon-japan")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--secs", type=int, default=3, help="seconds per TCP test")
@@ -504,10 +506,11 @@ def main():
     args = ap.parse_args()
     args.overlays = args.overlays.split(",")
     binary = os.path.abspath(args.bin)
+    lab = os.path.abspath(args.lab or os.path.join(os.path.dirname(binary), "detour-lab"))
     out = args.out or os.path.join("results", "bench", datetime.datetime.now().strftime("%Y-%m-%d-%H%M%S"))
     os.makedirs(out, exist_ok=True)
     state = tempfile.mkdtemp(prefix="detour-bench-")
-    tb = Testbed(binary, state)
+    tb = Testbed(binary, lab, state)
 
     restore_sockbuf = raise_sockbuf_max()
 

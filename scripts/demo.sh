@@ -26,4 +26,4 @@ if [ "${DEMO_SHORT:-0}" = 1 ]; then
 	args+=(--short)
 fi
 rm -rf "$out"
-exec bin/detour "${args[@]}"
+exec bin/detour-lab "${args[@]}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plot the results of `detour experiment lanman2017`.
+"""Plot the results of `detour-lab experiment lanman2017`.
 
 Usage: plot_experiment.py RESULTS_DIR
 

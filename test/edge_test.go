@@ -34,7 +34,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/detour-overlay/detour/internal/api"
-	"github.com/detour-overlay/detour/internal/testbed"
+	"github.com/detour-overlay/detour/internal/lab/testbed"
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
@@ -1308,7 +1308,7 @@ func TestEdgeMTU(t *testing.T) {
 			t.Fatalf("lower MTU at %s: %v: %s%s", s.Name, err, out, e)
 		}
 	}
-	t.Logf("$ detour testbed exec SITE --gateway -- ip link set wan0 mtu 1300   (every site, 2 s into the runs, 0.2 s into ping seq 20)")
+	t.Logf("$ detour-lab testbed exec SITE --gateway -- ip link set wan0 mtu 1300   (every site, 2 s into the runs, 0.2 s into ping seq 20)")
 	wg.Wait()
 	got := map[int]bool{}
 	for _, m := range rttRE.FindAllStringSubmatch(pingOut, -1) {
@@ -1376,7 +1376,7 @@ func TestEdgeMTU(t *testing.T) {
 // ---- 5. migration ----
 
 // TestEdgeMigration: Fujisawa's host streams timestamped records every 5
-// ms over TCP to Seoul's host; it moves to Inagi (`detour testbed migrate
+// ms over TCP to Seoul's host; it moves to Inagi (`detour-lab testbed migrate
 // Fujisawa --to Inagi`). The connection carries on, the largest gap
 // between records at Seoul is under 1 s, and every site's FDB has the
 // host at Inagi within 1 s of the move.
@@ -1443,7 +1443,7 @@ func TestEdgeMigration(t *testing.T) {
 	if err != nil {
 		t.Fatalf("migrate: %v: %s%s", err, out, e)
 	}
-	t.Logf("$ detour testbed migrate Fujisawa --to Inagi: %.0f ms", durMS(moved.Sub(t0)))
+	t.Logf("$ detour-lab testbed migrate Fujisawa --to Inagi: %.0f ms", durMS(moved.Sub(t0)))
 	// Every site's FDB must place the host's MAC at Inagi.
 	fdbAt := map[string]time.Duration{}
 	for time.Since(t0) < 3*time.Second && len(fdbAt) < len(o.st.Sites) {

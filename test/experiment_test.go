@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/experiment/results"
+	"github.com/detour-overlay/detour/internal/lab/experiment/results"
 )
 
 // experimentPrefix and experimentState keep this test's testbed apart from
@@ -27,13 +27,10 @@ const (
 )
 
 func TestLanman2017ShortShowsTheEffect(t *testing.T) {
-	bin := os.Getenv("DETOUR_BIN")
-	if bin == "" {
+	if os.Getenv("DETOUR_BIN") == "" {
 		t.Skip("DETOUR_BIN not set (make test sets it)")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	bin := labBin(t)
 	if _, err := os.Stat("/usr/share/java/zookeeper.jar"); err != nil {
 		t.Skip("ZooKeeper not installed (scripts/install-deps.sh)")
 	}
@@ -51,7 +48,7 @@ func TestLanman2017ShortShowsTheEffect(t *testing.T) {
 	t.Logf("experiment output:\n%s", output)
 	t.Cleanup(func() { checkNothingLeft(t, cmd.Process.Pid) })
 	if err != nil {
-		t.Fatalf("detour experiment lanman2017 --short: %v", err)
+		t.Fatalf("detour-lab experiment lanman2017 --short: %v", err)
 	}
 	if elapsed > 3*time.Minute {
 		t.Errorf("the short experiment took %v, want under 3 minutes", elapsed.Round(time.Second))

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/detour-overlay/detour/internal/testbed"
+	"github.com/detour-overlay/detour/internal/lab/testbed"
 )
 
 // Issue 25: a gateway under a flood of forged handshakes keeps forwarding.
@@ -56,7 +56,7 @@ var floodCases = []floodCase{
 	{"keyed-spoofed", testbed.FloodKeyed, true},
 }
 
-// flood is a running `detour testbed flood`.
+// flood is a running `detour-lab testbed flood`.
 type flood struct {
 	cmd *exec.Cmd
 	out strings.Builder
@@ -67,7 +67,7 @@ type flood struct {
 // when port is not 0.
 func (o *overlay) startFlood(t *testing.T, c floodCase, d time.Duration, port int) *flood {
 	t.Helper()
-	args := []string{"-c", "1", o.bin, "testbed", "flood", "Inagi", "Seoul", "--state", o.dir,
+	args := []string{"-c", "1", o.lab, "testbed", "flood", "Inagi", "Seoul", "--state", o.dir,
 		"--kind", c.kind, "--as", "Fujisawa", "--duration", d.String(), "--json"}
 	if c.spoof {
 		args = append(args, "--spoof")

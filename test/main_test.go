@@ -59,7 +59,10 @@ func lockSuite() (func(), error) {
 // sweep takes down testbeds left in the suite's state directories and
 // deletes leftover namespaces with the suite's prefixes.
 func sweep() {
-	bin := os.Getenv("DETOUR_BIN")
+	bin := os.Getenv("DETOUR_LAB_BIN")
+	if bin == "" && os.Getenv("DETOUR_BIN") != "" {
+		bin = filepath.Join(filepath.Dir(os.Getenv("DETOUR_BIN")), "detour-lab")
+	}
 	states, _ := filepath.Glob(filepath.Join(os.TempDir(), "Test*", "*", "state.json"))
 	states = append(states, filepath.Join(experimentState, "state.json"))
 	for _, s := range states {

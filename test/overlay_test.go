@@ -39,10 +39,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/detour-overlay/detour/internal/api"
+	"github.com/detour-overlay/detour/internal/lab/scenario"
+	"github.com/detour-overlay/detour/internal/lab/testbed"
+	"github.com/detour-overlay/detour/internal/lab/wanem"
 	"github.com/detour-overlay/detour/internal/routing"
-	"github.com/detour-overlay/detour/internal/scenario"
-	"github.com/detour-overlay/detour/internal/testbed"
-	"github.com/detour-overlay/detour/internal/wanem"
 )
 
 // envInt reads a positive integer from the environment, or def.
@@ -350,7 +350,7 @@ func TestOverlayOneWayTIV(t *testing.T) {
 	}
 }
 
-// truth returns the emulator's ground truth (`detour testbed truth --json`).
+// truth returns the emulator's ground truth (`detour-lab testbed truth --json`).
 func (o *overlay) truth(t *testing.T) wanem.Truth {
 	t.Helper()
 	out, e, err := o.run("truth", "--json")
@@ -375,7 +375,7 @@ func (o *overlay) emulatorLate(t *testing.T) uint64 {
 }
 
 // truthDelays returns the configured one-way delay of every directed link
-// by site index, from `detour testbed truth --json`.
+// by site index, from `detour-lab testbed truth --json`.
 func (o *overlay) truthDelays(t *testing.T) [][]float64 {
 	tr := o.truth(t)
 	n := len(o.st.Sites)

@@ -30,9 +30,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/detour-overlay/detour/internal/scenario"
-	"github.com/detour-overlay/detour/internal/testbed"
-	"github.com/detour-overlay/detour/internal/wanem"
+	"github.com/detour-overlay/detour/internal/lab/scenario"
+	"github.com/detour-overlay/detour/internal/lab/testbed"
+	"github.com/detour-overlay/detour/internal/lab/wanem"
 )
 
 // tbPrefix names the namespaces of these tests, apart from any testbed a
@@ -45,42 +45,73 @@ var (
 	bedDirsMu sync.Mutex
 	binOnce   sync.Once
 	binPath   string
+	labPath   string
 	binErr    error
 )
 
-// detourBin returns $DETOUR_BIN or builds the binary once.
+// detourBin returns the gateway's binary: $DETOUR_BIN, or one built once
+// for the run.
 func detourBin(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() {
-		if p := os.Getenv("DETOUR_BIN"); p != "" {
-			binPath = p
-			return
-		}
-		dir, err := os.MkdirTemp("", "detour-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		os.Chmod(dir, 0o755) // the not-root test runs it as nobody
-		binPath = filepath.Join(dir, "detour")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/detour-overlay/detour/cmd/detour").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v: %s", err, out)
-		}
-	})
+	buildBins(t)
+	return binPath
+}
+
+// labBin returns the lab's binary: $DETOUR_LAB_BIN, else detour-lab
+// beside $DETOUR_BIN, or one built once for the run next to the detour
+// it built. The lab runs the detour of $DETOUR_BIN as the sites' agents,
+// since the tests' commands inherit the environment.
+func labBin(t *testing.T) string {
+	t.Helper()
+	buildBins(t)
+	return labPath
+}
+
+// buildBins finds or builds both binaries once and skips the test when
+// not root.
+func buildBins(t *testing.T) {
+	t.Helper()
+	binOnce.Do(func() { binPath, labPath, binErr = findBins() })
 	if binErr != nil {
 		t.Fatal(binErr)
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("namespace tests need root")
 	}
-	return binPath
 }
 
-// bed is one testbed brought up by a test.
+func findBins() (detour, lab string, err error) {
+	detour, lab = os.Getenv("DETOUR_BIN"), os.Getenv("DETOUR_LAB_BIN")
+	if lab == "" && detour != "" {
+		lab = filepath.Join(filepath.Dir(detour), "detour-lab")
+	}
+	if detour != "" {
+		if _, err := os.Stat(lab); err != nil {
+			return "", "", fmt.Errorf("the lab binary: %w (set DETOUR_LAB_BIN, or build it beside $DETOUR_BIN with make build)", err)
+		}
+		return detour, lab, nil
+	}
+	dir, err := os.MkdirTemp("", "detour-bin-")
+	if err != nil {
+		return "", "", err
+	}
+	os.Chmod(dir, 0o755) // the not-root test runs it as nobody
+	detour, lab = filepath.Join(dir, "detour"), filepath.Join(dir, "detour-lab")
+	for bin, pkg := range map[string]string{detour: "cmd/detour", lab: "cmd/detour-lab"} {
+		out, err := exec.Command("go", "build", "-o", bin, "github.com/detour-overlay/detour/"+pkg).CombinedOutput()
+		if err != nil {
+			return "", "", fmt.Errorf("go build %s: %v: %s", pkg, err, out)
+		}
+	}
+	return detour, lab, nil
+}
+
+// bed is one testbed brought up by a test. bin is the detour binary (the
+// operator's commands), lab the detour-lab binary (the testbed's).
 type bed struct {
 	t      *testing.T
 	bin    string
+	lab    string
 	dir    string
 	st     *testbed.State
 	sc     *scenario.Scenario
@@ -88,10 +119,10 @@ type bed struct {
 	prefix string
 }
 
-// run runs `detour testbed ARGS...` against the bed's state directory and
+// run runs `detour-lab testbed ARGS...` against the bed's state directory and
 // namespace prefix.
 func (b *bed) run(args ...string) (string, string, error) {
-	cmd := exec.Command(b.bin, append([]string{"testbed"}, args...)...)
+	cmd := exec.Command(b.lab, append([]string{"testbed"}, args...)...)
 	cmd.Env = append(os.Environ(), "DETOUR_TESTBED_STATE="+b.dir, "DETOUR_TESTBED_PREFIX="+b.prefix)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -110,7 +141,7 @@ func upBed(t *testing.T, scen string, args ...string) *bed {
 // behind, which runs even when the test fails.
 func upWith(t *testing.T, prefix, scen string, args ...string) *bed {
 	t.Helper()
-	b := &bed{t: t, bin: detourBin(t), dir: t.TempDir(), prefix: prefix}
+	b := &bed{t: t, bin: detourBin(t), lab: labBin(t), dir: t.TempDir(), prefix: prefix}
 	bedDirsMu.Lock()
 	bedDirs = append(bedDirs, b.dir)
 	bedDirsMu.Unlock()
@@ -135,7 +166,7 @@ func upWith(t *testing.T, prefix, scen string, args ...string) *bed {
 	if b.sc, err = scenario.Load(scen); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("$ detour testbed up %s %s  (prefix %s, %.2f s)", scen, strings.Join(args, " "), prefix, b.upDur.Seconds())
+	t.Logf("$ detour-lab testbed up %s %s  (prefix %s, %.2f s)", scen, strings.Join(args, " "), prefix, b.upDur.Seconds())
 	return b
 }
 
@@ -582,7 +613,7 @@ func TestOverlaysConnectAllSites(t *testing.T) {
 // TestBadInputCreatesNothing checks that bad scenarios and arguments get
 // one clear error naming the problem, and that nothing is created.
 func TestBadInputCreatesNothing(t *testing.T) {
-	bin := detourBin(t)
+	bin := labBin(t)
 	head := "sites: [{name: A}, {name: B}]\nlinks:\n  default: {delay: 5ms}\n  overrides:\n"
 	cases := []struct{ name, args, scen, want string }{
 		{"unknown site", "", head + "    - {from: A, to: C, delay: 1ms}\n", `line 5: links.overrides[0].to: unknown site "C"`},

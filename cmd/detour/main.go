@@ -1,5 +1,7 @@
-// Command detour is the single binary of the detour overlay: the site agent,
-// the operator's CLI, the multi-site WAN testbed and the experiments.
+// Command detour is the gateway's binary of the detour overlay: the site
+// agent (the daemon) and the operator's CLI. The lab (testbed, WAN
+// emulator, experiments) is the separate binary detour-lab, and none of
+// it is linked here.
 package main
 
 import (

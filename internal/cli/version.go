@@ -1,25 +1,9 @@
 package cli
 
-import (
-	"fmt"
-	"io"
-	"runtime/debug"
-)
+import "github.com/detour-overlay/detour/internal/cli/command"
 
-// Version is set at build time with -ldflags "-X ...cli.Version=...".
-var Version = "dev"
+// Version is the version of the build: command.Version, which the
+// Makefile sets with -ldflags "-X ...command.Version=...".
+var Version = command.Version
 
-func init() {
-	Register(Command{
-		Name:    "version",
-		Summary: "print the version of detour and of the Go toolchain that built it",
-		Run: func(args []string, stdout, stderr io.Writer) int {
-			goVersion := "unknown"
-			if bi, ok := debug.ReadBuildInfo(); ok {
-				goVersion = bi.GoVersion
-			}
-			fmt.Fprintf(stdout, "detour %s (%s)\n", Version, goVersion)
-			return 0
-		},
-	})
-}
+func init() { Register(command.VersionCommand("detour")) }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/scenario"
+	"github.com/detour-overlay/detour/internal/lab/scenario"
 	"github.com/detour-overlay/detour/internal/wire"
 )
 

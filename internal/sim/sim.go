@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/detour-overlay/detour/internal/control"
+	"github.com/detour-overlay/detour/internal/lab/scenario"
 	"github.com/detour-overlay/detour/internal/routing"
-	"github.com/detour-overlay/detour/internal/scenario"
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
