@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,7 +53,8 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// openBrowser starts Chromium in namespace ns and opens url in a page.
+// openBrowser starts Chromium in namespace ns ("": this one) and opens url
+// in a page.
 func openBrowser(t *testing.T, ns, url string) *browser {
 	t.Helper()
 	bin := chromiumPath(t)
@@ -64,10 +66,14 @@ func openBrowser(t *testing.T, ns, url string) *browser {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", ns, bin, "--headless=new", "--no-sandbox", "--disable-gpu",
+	args := []string{bin}
+	if ns != "" {
+		args = append([]string{"ip", "netns", "exec", ns}, args...)
+	}
+	cmd := exec.Command(args[0], append(args[1:], "--headless=new", "--no-sandbox", "--disable-gpu",
 		"--remote-debugging-pipe", "--user-data-dir="+t.TempDir(), "--window-size=1400,1100",
 		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--disable-default-apps", "--metrics-recording-only", "about:blank")
+		"--disable-default-apps", "--metrics-recording-only", "about:blank")...)
 	cmd.ExtraFiles = []*os.File{toBrowser, fromBrowser} // fds 3 and 4
 	cmd.Stderr = io.Discard
 	if err := cmd.Start(); err != nil {
@@ -258,6 +264,29 @@ func TestMapPage(t *testing.T) {
 		t.Errorf("clicking a pair draws no history: %v", err)
 	}
 	t.Logf("screenshot: %s", b.screenshot(dir, "leon-japan-direct.png"))
+
+	// In the lab, detour-lab testbed ui serves the same page with the
+	// emulator's truth beside the estimates.
+	t.Run("lab page with the emulator's truth", func(t *testing.T) {
+		const listen = "127.0.0.1:7457"
+		ui := exec.Command(o.lab, "testbed", "ui", "Fujisawa", "--listen", listen)
+		ui.Env = append(os.Environ(), "DETOUR_TESTBED_STATE="+o.dir)
+		var out strings.Builder
+		ui.Stdout, ui.Stderr = &out, &out
+		if err := ui.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { ui.Process.Signal(syscall.SIGTERM); ui.Wait() }()
+		lab := openBrowser(t, "", "http://"+listen+"/")
+		const truth = `(document.querySelector('#matrix td[data-from="Fujisawa"][data-to="Inagi"]') || {dataset: {}}).dataset.truth || ""`
+		if _, err := lab.waitFor(truth, "1.80", 10*time.Second); err != nil {
+			t.Fatalf("%v (detour-lab testbed ui: %s)", err, out.String())
+		}
+		if got := lab.eval(`(document.querySelector('#routes tr[data-dest="Seoul"]') || {dataset: {}}).dataset.path`); got != "Fujisawa>Seoul" {
+			t.Errorf("the lab page shows the path %q, want the agent's Fujisawa>Seoul", got)
+		}
+		t.Logf("screenshot: %s", lab.screenshot(dir, "leon-japan-lab.png"))
+	})
 
 	// The agent restarts: the page says so and comes back by itself.
 	if _, e, err := o.run("restart-agent", "Fujisawa", "--pause", "2s"); err != nil {

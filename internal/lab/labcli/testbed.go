@@ -58,6 +58,8 @@ const testbedUsage = `usage: detour-lab testbed COMMAND [ARGS]
                                SIGKILL with --kill: a crash) and start it
                                again with the same configuration after D
   scenario NAME                print a shipped scenario's YAML
+  ui SITE [--listen ADDR]      SITE's map page with the emulator's truth beside
+                               the agent's estimates (default 127.0.0.1:7450)
   flood FROM TO [--kind random|forged|keyed] [--as SITE] [--spoof]
         [--duration D] [--port N] [--json]
                                a lab flood from FROM's gateway to TO's agent,
@@ -81,7 +83,7 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	sub := map[string]func([]string, io.Writer, io.Writer) error{
 		"up": tbUp, "down": tbDown, "status": tbStatus, "exec": tbExec, "link": tbLink,
 		"truth": tbTruth, "traffic": tbTraffic, "scenario": tbScenario, "wanem": tbWanem, "migrate": tbMigrate,
-		"restart-agent": tbRestartAgent, "flood": tbFlood,
+		"restart-agent": tbRestartAgent, "flood": tbFlood, "ui": tbUI,
 	}
 	run, ok := sub[args[0]]
 	if !ok {

@@ -10,7 +10,32 @@ const SVG = "http://www.w3.org/2000/svg";
 const token = new URLSearchParams(location.search).get("access_token");
 const auth = token ? "?access_token=" + encodeURIComponent(token) : "";
 
-const state = { last: null, sites: "", pos: {}, selected: null, detailAt: 0, matrixSites: "" };
+const state = { last: null, sites: "", pos: {}, selected: null, detailAt: 0, matrixSites: "", truth: null };
+
+// ---- the lab's truth ----
+
+// In the lab (detour-lab testbed ui), /lab/truth gives the emulator's real
+// delays; the page then shows them beside the agent's estimates. An agent
+// answers 404 there, and the page shows estimates only.
+async function pollTruth() {
+  try {
+    const r = await fetch("/lab/truth");
+    if (!r.ok) return;
+    const t = await r.json();
+    state.truth = new Map((t.links || []).map((l) => [l.from + ">" + l.to, l]));
+    $("#truth-note").hidden = false;
+    setTimeout(pollTruth, 2000);
+  } catch (e) {
+    /* not in the lab */
+  }
+}
+
+// truthOf returns the emulator's delay from → to (configured delay plus
+// queueing now), or null.
+function truthOf(from, to) {
+  const l = state.truth && state.truth.get(from + ">" + to);
+  return l ? l.expected_ms : null;
+}
 
 function el(tag, attrs, text) {
   const e = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
@@ -33,6 +58,7 @@ function connect() {
 // A stream the browser gave up on (an error status) is opened again.
 setInterval(() => {
   if (source && source.readyState === EventSource.CLOSED) connect();
+pollTruth();
 }, 2000);
 
 function setConn(up) {
@@ -226,10 +252,14 @@ function drawMatrix(u) {
       const v = m.one_way_ms[i][j], tiv = tivs.get(from + ">" + to);
       td.textContent = v == null ? "–" : v.toFixed(1);
       td.style.background = v == null ? "" : colour(v, lo, hi, 0.35);
-      td.className = (v == null ? "down " : "") + (tiv ? "tiv " : "") +
+      const truth = truthOf(from, to);
+      const off = truth != null && v != null && Math.abs(v - truth) > Math.max(0.5, 0.05 * truth);
+      td.className = (v == null ? "down " : "") + (tiv ? "tiv " : "") + (off ? "off " : "") +
         (state.selected && state.selected[0] === from && state.selected[1] === to ? "selected" : "");
       td.title = `${from} → ${to}: ${v == null ? "down" : v.toFixed(2) + " ms"}, loss ${m.loss_pct[i][j]} %` +
-        (tiv ? `\ndetour via ${tiv.via.join(", ")}: ${tiv.best_ms.toFixed(2)} ms, ${tiv.saving_ms.toFixed(2)} ms saved` : "");
+        (tiv ? `\ndetour via ${tiv.via.join(", ")}: ${tiv.best_ms.toFixed(2)} ms, ${tiv.saving_ms.toFixed(2)} ms saved` : "") +
+        (truth != null ? `\nemulator: ${truth.toFixed(2)} ms` : "");
+      td.dataset.truth = truth != null ? truth.toFixed(2) : "";
     });
   });
 }
@@ -272,7 +302,8 @@ async function showDetail(from, to) {
     const t = u.tivs.find((t) => t.from === from && t.to === to);
     path = t ? `a detour via ${t.via.join(", ")} saves ${t.saving_ms.toFixed(2)} ms` : "the direct path is the fastest";
   }
-  $("#detail-path").textContent = path;
+  const truth = truthOf(from, to);
+  $("#detail-path").textContent = path + (truth != null ? ` · emulator's one-way delay now: ${truth.toFixed(2)} ms` : "");
   $("#detail-why").textContent = "";
   if (u && from === u.site) {
     getJSON("/v1/why/" + encodeURIComponent(to)).then((w) => {
@@ -316,3 +347,4 @@ function drawChart(samples) {
 }
 
 connect();
+pollTruth();
