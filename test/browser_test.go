@@ -243,6 +243,14 @@ func TestMapPage(t *testing.T) {
 	if got := b.eval(`document.querySelectorAll('#map circle').length`); got != "3" {
 		t.Errorf("the map shows %s sites, want 3", got)
 	}
+	// A click on the relayed route shows the history of both its links.
+	b.eval(`document.querySelector('#routes tr[data-dest="Seoul"]').click(), ""`)
+	if _, err := b.waitFor(`String(document.querySelectorAll('#charts svg path').length)`, "2", 5*time.Second); err != nil {
+		t.Errorf("clicking the relayed route: %v", err)
+	}
+	if got := b.eval(`[...document.querySelectorAll('#charts svg')].map(s => s.dataset.link).join(" ")`); got != "Fujisawa>Inagi Inagi>Seoul" {
+		t.Errorf("the charts are of %q, want the path's two links", got)
+	}
 	t.Logf("screenshot: %s", b.screenshot(dir, "leon-japan-relayed.png"))
 
 	if _, e, err := o.run("link", "set", "Fujisawa", "Seoul", "--delay", "3ms", "--both"); err != nil {
@@ -260,7 +268,7 @@ func TestMapPage(t *testing.T) {
 		t.Errorf("the timeline shows no route change to Seoul: %q", got)
 	}
 	b.eval(`document.querySelector('#matrix td[data-from="Fujisawa"][data-to="Seoul"]').click(), ""`)
-	if _, err := b.waitFor(`document.querySelector('#chart path') ? "drawn" : ""`, "drawn", 5*time.Second); err != nil {
+	if _, err := b.waitFor(`String(document.querySelectorAll('#charts svg path').length)`, "1", 5*time.Second); err != nil {
 		t.Errorf("clicking a pair draws no history: %v", err)
 	}
 	t.Logf("screenshot: %s", b.screenshot(dir, "leon-japan-direct.png"))

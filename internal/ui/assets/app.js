@@ -311,14 +311,27 @@ async function showDetail(from, to) {
         `${[from, ...c.path].join(" › ")}: ${c.latency_ms.toFixed(2)} ms${c.loss_cost_ms ? ` + ${c.loss_cost_ms.toFixed(2)} ms for loss` : ""}${c.note ? " (" + c.note + ")" : ""}`).join("\n");
     }).catch((e) => ($("#detail-why").textContent = "why: " + e.message));
   }
-  getJSON(`/v1/history/${encodeURIComponent(from)}/${encodeURIComponent(to)}`)
-    .then((h) => drawChart(h.samples))
-    .catch((e) => $("#chart").replaceChildren(el("svg:text", { x: 10, y: 20 }, "no history: " + e.message)));
+  // The history of each link of the path in use (this site's pairs), or of
+  // the pair's own link.
+  let links = [[from, to]];
+  const r = u && from === u.site && u.routes.find((r) => r.dest === to);
+  if (r) {
+    const p = fullPath(u, r);
+    links = p.slice(1).map((s, i) => [p[i], s]);
+  }
+  const charts = $("#charts");
+  charts.replaceChildren();
+  for (const [a, b] of links) {
+    const svg = el("svg:svg", { viewBox: "0 0 600 190", role: "img", "aria-label": `${a} → ${b} over the last hour`, "data-link": a + ">" + b });
+    charts.append(svg);
+    getJSON(`/v1/history/${encodeURIComponent(a)}/${encodeURIComponent(b)}`)
+      .then((h) => drawChart(svg, `${a} → ${b}`, h.samples))
+      .catch((e) => svg.replaceChildren(el("svg:text", { x: 10, y: 20 }, `${a} → ${b}: no history: ${e.message}`)));
+  }
 }
 
-function drawChart(samples) {
-  const svg = $("#chart");
-  svg.replaceChildren();
+function drawChart(svg, title, samples) {
+  svg.replaceChildren(el("svg:text", { x: 300, y: 12, "font-size": 12, "text-anchor": "middle" }, title));
   const first = samples.findIndex((s) => s.up);
   if (first < 0) {
     svg.append(el("svg:text", { x: 10, y: 20 }, "the link has not been up in the last hour"));
@@ -329,7 +342,7 @@ function drawChart(samples) {
   const up = samples.filter((s) => s.up).map((s) => s.one_way_ms);
   const hi = Math.max(1, ...up) * 1.1, lo = Math.min(hi / 1.1, ...up) * 0.9;
   const x = (t) => 40 + (550 * (t - t0)) / Math.max(t1 - t0, 1);
-  const y = (v) => 150 - (130 * (v - lo)) / (hi - lo || 1);
+  const y = (v) => 150 - (125 * (v - lo)) / (hi - lo || 1);
   let d = "", pen = false;
   for (const s of samples) {
     const t = Date.parse(s.at);
