@@ -611,3 +611,17 @@ func TestAllocatesNothing(t *testing.T) {
 		t.Errorf("%v allocations per run", n)
 	}
 }
+
+func TestFlowLabelAndWindow(t *testing.T) {
+	b := build(pkt{v6: true, proto: ProtoTCP})
+	ip, _ := ParseIPv6(b[14:])
+	b[16], b[17] = 0xab, 0xcd
+	if ip.FlowLabel() != 0x1abcd || ip.TrafficClass() != 0 {
+		t.Errorf("flow label %#x, traffic class %#x", ip.FlowLabel(), ip.TrafficClass())
+	}
+	tcp, _ := ParseTCP(b[54:])
+	tcp.SetWindow(1234)
+	if tcp.Window() != 1234 || binary.BigEndian.Uint16(b[54+14:]) != 1234 {
+		t.Errorf("window %d", tcp.Window())
+	}
+}

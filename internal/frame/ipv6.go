@@ -67,6 +67,9 @@ func ParseIPv6(b []byte) (IPv6, error) {
 // TrafficClass returns the traffic class.
 func (ip IPv6) TrafficClass() uint8 { return ip[0]<<4 | ip[1]>>4 }
 
+// FlowLabel returns the flow label (20 bits).
+func (ip IPv6) FlowLabel() uint32 { return binary.BigEndian.Uint32(ip[0:4]) & 0xfffff }
+
 // PayloadLen returns the payload length field.
 func (ip IPv6) PayloadLen() int { return int(binary.BigEndian.Uint16(ip[4:6])) }
 

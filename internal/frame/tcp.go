@@ -97,6 +97,9 @@ func (t TCP) SetFlags(f uint8) { t[13] = f }
 // Window returns the window field.
 func (t TCP) Window() uint16 { return binary.BigEndian.Uint16(t[14:16]) }
 
+// SetWindow writes the window field (the caller updates the checksum).
+func (t TCP) SetWindow(w uint16) { binary.BigEndian.PutUint16(t[14:16], w) }
+
 // Checksum returns the checksum field.
 func (t TCP) Checksum() uint16 { return binary.BigEndian.Uint16(t[16:18]) }
 

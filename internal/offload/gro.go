@@ -146,13 +146,11 @@ func (c *Coalescer) append(b []byte, f *l4Frame) bool {
 // if it continues the super-frame, takes its window and PSH flag.
 func (c *Coalescer) continuesTCP(head, b []byte, f *l4Frame) bool {
 	tcp, ntcp := frame.TCP(head[f.l4:f.end]), frame.TCP(b[f.l4:f.end])
-	if ntcp.Seq() != c.nextSeq ||
-		!bytes.Equal(tcp[8:12], ntcp[8:12]) || // acknowledgment
-		!bytes.Equal(tcp[20:], ntcp[20:]) { // options
+	if ntcp.Seq() != c.nextSeq || ntcp.Ack() != tcp.Ack() || !bytes.Equal(tcp.Options(), ntcp.Options()) {
 		return false
 	}
 	c.nextSeq += uint32(f.ipEnd - f.end)
-	copy(tcp[14:16], ntcp[14:16]) // the newest window
+	tcp.SetWindow(ntcp.Window()) // the newest
 	if ntcp.Flags()&frame.TCPFlagPSH != 0 {
 		c.psh, c.closed = true, true
 	}
@@ -180,12 +178,17 @@ func sameIP(head, b []byte, f *l4Frame) bool {
 	if !bytes.Equal(head[:f.l3], b[:f.l3]) { // Ethernet and VLAN
 		return false
 	}
-	ip, nip := head[f.l3:f.l4], b[f.l3:f.l4]
 	if f.v6 {
-		return bytes.Equal(ip[:4], nip[:4]) && bytes.Equal(ip[6:], nip[6:])
+		ip, nip := frame.IPv6(head[f.l3:f.l4]), frame.IPv6(b[f.l3:f.l4])
+		return ip.TrafficClass() == nip.TrafficClass() && ip.FlowLabel() == nip.FlowLabel() &&
+			ip.NextHeader() == nip.NextHeader() && ip.HopLimit() == nip.HopLimit() &&
+			bytes.Equal(ip.Src(), nip.Src()) && bytes.Equal(ip.Dst(), nip.Dst())
 	}
-	return ip[1] == nip[1] && ip[6]&0xe0 == nip[6]&0xe0 && // TOS, flags
-		bytes.Equal(ip[8:10], nip[8:10]) && bytes.Equal(ip[12:20], nip[12:20]) // TTL, protocol, addresses
+	ip, nip := frame.IPv4(head[f.l3:f.l4]), frame.IPv4(b[f.l3:f.l4])
+	const flags = 0xe000 // reserved, DF, MF
+	return ip.TOS() == nip.TOS() && ip.FlagsFrag()&flags == nip.FlagsFrag()&flags &&
+		ip.TTL() == nip.TTL() && ip.Proto() == nip.Proto() &&
+		bytes.Equal(ip.Src(), nip.Src()) && bytes.Equal(ip.Dst(), nip.Dst())
 }
 
 // Flush finishes the pending super-frame and returns the bytes to write to
