@@ -114,19 +114,6 @@ func (f *Frame) Addrs(b []byte) (src, dst []byte) {
 	return b[f.L3+12 : f.L3+16 : f.L3+16], b[f.L3+16 : f.L3+20 : f.L3+20]
 }
 
-// SetIPLength writes the IP length fields of b for an upper-layer segment
-// of n bytes after the IP header (and IPv6 extension headers), and for
-// IPv4 recomputes the header checksum.
-func (f *Frame) SetIPLength(b []byte, n int) {
-	if f.V6 {
-		IPv6(b[f.L3:]).SetPayloadLen(f.L4 - f.L3 - IPv6HeaderLen + n)
-		return
-	}
-	ip := IPv4(b[f.L3:])
-	ip.SetTotalLen(f.L4 - f.L3 + n)
-	ip.ComputeChecksum()
-}
-
 // RewriteDst rewrites the destination address and port of the TCP
 // segment or UDP datagram in b, which f describes, to addr (4 or 16
 // bytes, the family of the packet) and port, and updates the IPv4 header
