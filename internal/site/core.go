@@ -147,6 +147,10 @@ func (c *Core) observe(now time.Time) time.Time {
 // now is when it was read (see ReceiveTime). pkt may be modified.
 func (c *Core) Receive(now time.Time, from netip.AddrPort, pkt []byte) {
 	now = c.observe(now)
+	if _, _, err := wire.ParseCommon(pkt); err != nil {
+		c.rejected++ // not a detour datagram (too short, wrong magic or version)
+		return
+	}
 	if c.sec != nil && IsHandshake(pkt) {
 		c.Handshake(now, from, pkt)
 		return

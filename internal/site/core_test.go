@@ -27,7 +27,7 @@ func seeded(seed uint64) *rand.ChaCha8 {
 // net is a minimal harness: cores at addr(i), every datagram delivered
 // after a fixed delay, time advanced to the next delivery or deadline.
 type net struct {
-	t      *testing.T
+	t      testing.TB
 	now    time.Time
 	cores  []*Core
 	flight []flying
@@ -45,7 +45,7 @@ const hop = time.Millisecond
 
 // newNet builds n sites named s0, s1... that bootstrap through s0, sealed
 // when sealed is set, with keys drawn from seed.
-func newNet(t *testing.T, n int, sealed bool, seed uint64) *net {
+func newNet(t testing.TB, n int, sealed bool, seed uint64) *net {
 	t.Helper()
 	privs := make([]keys.PrivateKey, n)
 	for i := range privs {
