@@ -249,3 +249,21 @@ func TestSealedRunRepeats(t *testing.T) {
 	}
 	t.Logf("seed 4: %d route changes, %d datagrams sent, %d events", len(first.changes), first.sent, first.events)
 }
+
+// TestSealedRestartedBootstrapSiteRejoins: A, the site the others
+// bootstrap through, has no bootstrap address itself. It crashes and
+// restarts with new sessions to make; the others must not keep sealing to
+// it with the sessions of its previous run, which it cannot open.
+func TestSealedRestartedBootstrapSiteRejoins(t *testing.T) {
+	n := startedTriangle(t, 6)
+	n.Kill("A")
+	n.RunFor(2 * time.Second)
+	if err := n.Start("A"); err != nil {
+		t.Fatal(err)
+	}
+	at := n.Now()
+	if !n.RunUntil(at.Add(10*time.Second), func() bool { return allSee(n) }) {
+		t.Fatalf("restarted A not accepted again within 10 s: A sees %v", n.Site("A").Node.Members())
+	}
+	t.Logf("A back after %v", n.Now().Sub(at))
+}

@@ -88,6 +88,7 @@ type Core struct {
 	nextSec  time.Time // when the session timers run next
 	table    *routing.Table
 	changes  map[wire.SiteID]uint64 // path changes per destination
+	forgot   map[wire.SiteID]bool   // down members whose sessions were dropped
 	send     []Datagram
 	rejected uint64
 }
@@ -106,7 +107,7 @@ func New(cfg Config, now time.Time) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Core{node: node, last: now, nextSec: now, changes: map[wire.SiteID]uint64{}}
+	c := &Core{node: node, last: now, nextSec: now, changes: map[wire.SiteID]uint64{}, forgot: map[wire.SiteID]bool{}}
 	if cfg.Secure != nil {
 		if c.sec, err = newSecure(node.ID(), cfg.Secure); err != nil {
 			return nil, err
@@ -184,8 +185,29 @@ func (c *Core) Tick(now time.Time) {
 	now = c.observe(now)
 	c.node.Tick(now)
 	if c.sec != nil && !now.Before(c.nextSec) {
+		c.forgetDown()
 		c.sec.tick(now, c.sendNow)
 		c.nextSec = now.Add(secTickInterval)
+	}
+}
+
+// forgetDown drops, once each time it goes down or leaves, the sessions
+// with a member: if it restarted, it lost its keys and drops what is
+// sealed with the old ones, and if it has no bootstrap address it would
+// never learn that it must handshake again. The next message to it (a
+// probe, at the down probe interval) then starts a new handshake, which a
+// restarted site answers. A member seen alive again may be forgotten again.
+func (c *Core) forgetDown() {
+	alive, down, left := control.StateAlive.String(), control.StateDown.String(), control.StateLeft.String()
+	for _, m := range c.node.Members() {
+		switch {
+		case m.Self:
+		case m.State == alive:
+			delete(c.forgot, m.ID)
+		case (m.State == down || m.State == left) && !c.forgot[m.ID]:
+			c.sec.node.Forget(m.ID)
+			c.forgot[m.ID] = true
+		}
 	}
 }
 

@@ -188,6 +188,7 @@ func (s *secure) counters() map[string]uint64 {
 		"session_bad_mac1":            st.BadMAC1,
 		"session_cookies_received":    st.CookiesReceived,
 		"session_bad_cookie_replies":  st.BadCookieReplies,
+		"session_forgotten":           st.Forgotten,
 		"control_unsealed_dropped":    s.unsealed,
 		"control_spoofed_sender":      s.spoofed,
 		"control_unknown_destination": s.unknownDest,
