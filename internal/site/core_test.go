@@ -337,3 +337,45 @@ func TestWaitIsBounded(t *testing.T) {
 		t.Errorf("Wait after the deadline = %v, want 0", w)
 	}
 }
+
+func TestDownMemberSessionsForgottenOnce(t *testing.T) {
+	h := newNet(t, 2, true, 13)
+	h.run(time.Second)
+	s0, s1 := h.cores[0], h.cores[1]
+	id1 := s1.Control().ID()
+	if !s0.Sessions().Ready(id1) {
+		t.Fatal("no session before the silence")
+	}
+	// s1 falls silent: once s0 holds it down, s0 drops the session once,
+	// and its probes to s1 start a new handshake.
+	h.drop = func(from int, _ Datagram) bool { return from == 1 }
+	h.run(3 * time.Second)
+	if st := stateOf(s0, id1); st != control.StateDown.String() {
+		t.Fatalf("s1 is %s at s0, want down", st)
+	}
+	c := s0.Counters()
+	if c["session_forgotten"] != 1 {
+		t.Errorf("session_forgotten = %d, want 1", c["session_forgotten"])
+	}
+	if s0.Sessions().Ready(id1) {
+		t.Error("s0 still seals to s1 with the old session")
+	}
+	if c["session_initiations"] == 0 {
+		t.Error("s0 started no new handshake")
+	}
+	// s1 speaks again: a new session, s1 alive again.
+	h.drop = nil
+	h.run(3 * time.Second)
+	if st := stateOf(s0, id1); st != control.StateAlive.String() || !s0.Sessions().Ready(id1) {
+		t.Errorf("s1 is %s at s0 after the silence, session %v", st, s0.Sessions().Ready(id1))
+	}
+}
+
+func stateOf(c *Core, id wire.SiteID) string {
+	for _, m := range c.Control().Members() {
+		if m.ID == id {
+			return m.State
+		}
+	}
+	return "unknown"
+}
