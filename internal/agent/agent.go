@@ -195,14 +195,10 @@ func (a *Agent) siteConfig() (site.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	sec := &site.Secure{Private: priv, Peers: map[wire.SiteID]keys.PublicKey{}, Addrs: map[wire.SiteID]netip.AddrPort{}}
+	sec := &site.Secure{Private: priv, Peers: map[wire.SiteID]keys.PublicKey{}, Addrs: configuredAddrs(a.cfg)}
 	for _, p := range a.cfg.Peers {
-		id := wire.SiteIDFromName(p.Name)
-		if sec.Peers[id], err = keys.ParsePublic(p.PublicKey); err != nil {
+		if sec.Peers[wire.SiteIDFromName(p.Name)], err = keys.ParsePublic(p.PublicKey); err != nil {
 			return cfg, err
-		}
-		if ap, err := netip.ParseAddrPort(p.Address); err == nil {
-			sec.Addrs[id] = ap
 		}
 	}
 	cfg.Secure = sec
