@@ -149,7 +149,12 @@ func (c *Core) observe(now time.Time) time.Time {
 func (c *Core) Receive(now time.Time, from netip.AddrPort, pkt []byte) {
 	now = c.observe(now)
 	if _, _, err := wire.ParseCommon(pkt); err != nil {
-		c.rejected++ // not a detour datagram (too short, wrong magic or version)
+		// Not a detour datagram (too short, wrong magic or version): the
+		// control node drops it and counts it by kind, sealed or not,
+		// before the sealing layer reads its type.
+		if c.node.Receive(now, from, pkt) != nil {
+			c.rejected++
+		}
 		return
 	}
 	if c.sec != nil && IsHandshake(pkt) {
