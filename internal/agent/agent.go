@@ -1,8 +1,14 @@
 // Package agent is the I/O shell of a site's daemon: it opens the TAP
 // devices and the underlay socket, runs the data path, drives the pure
-// control plane (membership, measurement, link state, routing) with the
-// clock and the control datagrams, publishes every new routing table to the
+// site core (package site: control plane, sealing, timers) with the clock
+// and the control datagrams, publishes every new routing table to the
 // data path, and serves the local API.
+//
+// One goroutine, the control loop, owns the core: control datagrams,
+// timers and the API's requests all reach it through channels, and the
+// API's handlers wait for the loop's answer (Agent.do). The data path and
+// the handshake worker share only the core's session node, which is safe
+// for concurrent use.
 package agent
 
 import (
@@ -12,9 +18,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/config"
@@ -24,7 +29,10 @@ import (
 	"github.com/detour-overlay/detour/internal/edge"
 	"github.com/detour-overlay/detour/internal/fdb"
 	"github.com/detour-overlay/detour/internal/history"
+	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/routing"
+	"github.com/detour-overlay/detour/internal/session"
+	"github.com/detour-overlay/detour/internal/site"
 	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,27 +45,26 @@ type Agent struct {
 	clock   *Clock
 	conn    transport.Conn
 	ports   []*datapath.Port
-	netCfg  map[uint32]config.Network // guarded by mu
+	netCfg  map[uint32]config.Network // owned by the control loop
 	given   map[uint32]device.Device  // devices from Options, for tests
 	shaper  *edge.Shaper
-	mssV4   uint16 // the clamp in force, guarded by mu
+	mssV4   uint16 // the clamp in force, owned by the control loop
 	mssV6   uint16
 	engine  *datapath.Engine
 	version string
 
-	// mu guards the control node, which is a pure state machine and not
-	// safe for concurrent use; the control loop and API handlers take it.
-	mu          sync.Mutex
-	flushMu     sync.Mutex // serialises flushes (control loop, API overrides)
-	node        *control.Node
-	table       *routing.Table
-	changes     map[wire.SiteID]uint64 // path changes per destination
-	history     *history.Recorder      // links' last hour and route changes, for the API
-	sec         *secure                // nil when the overlay runs in the clear
-	hs          *handshakes            // the handshake path, with sec
-	lastNow     time.Time              // the latest time given to the node
-	lastSecTick time.Time
+	// core is the site's protocol state, owned by the control loop (and
+	// before Run and after the loop by Run's goroutine).
+	core *site.Core
+	// sec is the core's session node, shared with the data path and the
+	// handshake worker; nil when the overlay runs in the clear.
+	sec         *session.Node
+	hs          *handshakes       // the handshake path, with sec
+	history     *history.Recorder // links' last hour and route changes, for the API
 	ctlIn       chan ctlPacket
+	reqs        chan func() // the API's requests to the control loop
+	running     atomic.Bool // the control loop takes requests
+	stopped     chan struct{}
 	started     time.Time
 	registry    *prometheus.Registry
 	ctlDropped  prometheus.Counter
@@ -91,7 +98,7 @@ func New(cfg *config.Agent, opt Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: opt.Logger, clock: opt.Clock, conn: opt.Conn, version: opt.Version,
-		ctlIn: make(chan ctlPacket, 1024), changes: map[wire.SiteID]uint64{}, history: history.New(time.Now()), netCfg: map[uint32]config.Network{}}
+		ctlIn: make(chan ctlPacket, 1024), reqs: make(chan func()), stopped: make(chan struct{}), history: history.New(time.Now()), netCfg: map[uint32]config.Network{}}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -105,24 +112,22 @@ func New(cfg *config.Agent, opt Options) (*Agent, error) {
 		a.closeAll()
 		return nil, err
 	}
-	node, err := control.New(a.controlConfig(), a.clock.Now())
+	scfg, err := a.siteConfig()
 	if err != nil {
 		a.closeAll()
 		return nil, err
 	}
-	a.node = node
+	if a.core, err = site.New(scfg, a.clock.Now()); err != nil {
+		a.closeAll()
+		return nil, err
+	}
 	dcfg := datapath.Config{
 		Self: wire.SiteIDFromName(cfg.Site), Conn: a.conn, Ports: a.ports,
 		Control: a.onControl, Now: a.clock.Mono,
 	}
-	if cfg.Encrypted() {
-		if a.sec, err = newSecure(cfg); err != nil {
-			a.closeAll()
-			return nil, err
-		}
-		dcfg.Crypto = a.sec.node
+	if a.sec = a.core.Sessions(); a.sec != nil {
+		dcfg.Crypto = a.sec
 		a.hs = newHandshakes(a)
-		a.sec.hsCounters = a.hs.counters
 	}
 	a.engine = datapath.New(dcfg)
 	a.shaper = edge.NewShaper(float64(cfg.EgressRate))
@@ -181,6 +186,27 @@ func (a *Agent) openPort(n config.Network) (*datapath.Port, error) {
 	return &datapath.Port{Network: n.ID, Dev: dev, FDB: fdb.New(fdb.DefaultTTL)}, nil
 }
 
+// siteConfig returns the site core's configuration: the control node's,
+// and the keys when the overlay is encrypted.
+func (a *Agent) siteConfig() (site.Config, error) {
+	cfg := site.Config{Control: a.controlConfig()}
+	if !a.cfg.Encrypted() {
+		return cfg, nil
+	}
+	priv, err := keys.ParsePrivate(a.cfg.PrivateKey)
+	if err != nil {
+		return cfg, err
+	}
+	sec := &site.Secure{Private: priv, Peers: map[wire.SiteID]keys.PublicKey{}, Addrs: configuredAddrs(a.cfg)}
+	for _, p := range a.cfg.Peers {
+		if sec.Peers[wire.SiteIDFromName(p.Name)], err = keys.ParsePublic(p.PublicKey); err != nil {
+			return cfg, err
+		}
+	}
+	cfg.Secure = sec
+	return cfg, nil
+}
+
 func (a *Agent) controlConfig() control.Config {
 	adv, _ := netip.ParseAddrPort(a.cfg.Listen)
 	if a.cfg.Advertise != "" {
@@ -219,18 +245,15 @@ func (a *Agent) closeAll() {
 // onControl is called by the data path for every control datagram;
 // handshakes go to the handshake path, which screens them at once. Its
 // time is the kernel's receive time when the socket gives it (mapped onto
-// the agent's clock by how long ago it was), so that probe timestamps do
-// not include the time a busy gateway took to read the datagram.
+// the agent's clock by site.ReceiveTime).
 func (a *Agent) onControl(from netip.AddrPort, pkt []byte, rx time.Time) {
-	if a.hs != nil && isHandshake(pkt) {
+	if a.hs != nil && site.IsHandshake(pkt) {
 		a.hs.offer(from, pkt)
 		return
 	}
 	at := a.clock.Now()
 	if !rx.IsZero() {
-		if lag := time.Since(rx); lag > 0 && lag < time.Second {
-			at = at.Add(-lag)
-		}
+		at = site.ReceiveTime(at, time.Since(rx))
 	}
 	select {
 	case a.ctlIn <- ctlPacket{from: from, data: append([]byte(nil), pkt...), at: at}:
@@ -245,8 +268,12 @@ func (a *Agent) onControl(from netip.AddrPort, pkt []byte, rx time.Time) {
 // cleanly and releases everything.
 func (a *Agent) Run(ctx context.Context) error {
 	a.started = time.Now()
+	// From here on the core belongs to the control loop: the API and the
+	// handshake worker reach it through requests.
+	a.running.Store(true)
 	closeAPI, err := a.serveAPI()
 	if err != nil {
+		close(a.stopped)
 		a.closeAll()
 		return err
 	}
@@ -259,6 +286,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent started", "site", a.cfg.Site, "listen", a.conn.LocalAddr(), "api", a.cfg.API)
 
 	a.controlLoop(ctx)
+	close(a.stopped)
 
 	a.leave()
 	closeAPI()
@@ -270,8 +298,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// controlLoop steps the control node on every control datagram and timer
-// deadline until ctx is done.
+// controlLoop steps the site core on every control datagram, timer
+// deadline and API request until ctx is done; it is the core's one owner.
 func (a *Agent) controlLoop(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -284,20 +312,12 @@ func (a *Agent) controlLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case p := <-a.ctlIn:
-			a.mu.Lock()
-			a.receive(p)
+			a.core.Receive(p.at, p.from, p.data)
 			a.drainControl()
-			a.mu.Unlock()
+		case f := <-a.reqs:
+			f()
 		case <-timer.C:
-			a.mu.Lock()
-			now := a.clock.Now()
-			a.lastNow = now
-			a.node.Tick(now)
-			if a.sec != nil && now.Sub(a.lastSecTick) >= secTickInterval {
-				a.sec.tick(now, a.sendNow)
-				a.lastSecTick = now
-			}
-			a.mu.Unlock()
+			a.core.Tick(a.clock.Now())
 		case <-expire.C:
 			for _, p := range a.engine.Ports() {
 				p.FDB.Expire(a.clock.Mono())
@@ -306,7 +326,7 @@ func (a *Agent) controlLoop(ctx context.Context) {
 			a.updateMSS()
 		}
 		a.flush()
-		a.resetTimer(timer)
+		resetTimer(timer, a.core.Wait(a.clock.Now()))
 	}
 }
 
@@ -316,41 +336,33 @@ const maxControlBatch = 64
 
 // drainControl receives the control datagrams already queued, so that
 // under load one flush and one timer reset (a system call and an O(N)
-// deadline scan) serve a whole batch. The caller holds a.mu.
+// deadline scan) serve a whole batch.
 func (a *Agent) drainControl() {
 	for range maxControlBatch - 1 {
 		select {
 		case p := <-a.ctlIn:
-			a.receive(p)
+			a.core.Receive(p.at, p.from, p.data)
 		default:
 			return
 		}
 	}
 }
 
-// secTickInterval is the period of the session timers (handshake retries,
-// rekeying, expiry).
-const secTickInterval = 100 * time.Millisecond
-
-// receive hands a control datagram to the control node, through the
-// secure layer when the overlay is encrypted. The caller holds a.mu.
-func (a *Agent) receive(p ctlPacket) {
-	// Probe timestamps must be those of the socket read, not of the
-	// moment the control loop got to the datagram; but the node's clock
-	// never goes back, even if a tick ran after the read.
-	now := p.at
-	if now.Before(a.lastNow) {
-		now = a.lastNow
+// do runs f on the control loop, which owns the core, and waits for it;
+// before Run it runs f at once. It reports false, without running f, once
+// the loop has stopped.
+func (a *Agent) do(f func()) bool {
+	if !a.running.Load() {
+		f()
+		return true
 	}
-	a.lastNow = now
-	data := p.data
-	if a.sec != nil {
-		if data = a.sec.open(now, p.from, data, a.sendNow); data == nil {
-			return
-		}
-	}
-	if err := a.node.Receive(now, p.from, data); err != nil {
-		a.ctlRejected.Inc()
+	done := make(chan struct{})
+	select {
+	case a.reqs <- func() { f(); close(done) }:
+		<-done
+		return true
+	case <-a.stopped:
+		return false
 	}
 }
 
@@ -361,112 +373,59 @@ func (a *Agent) sendNow(to netip.AddrPort, payload []byte) {
 	}
 }
 
-// memberAddrs returns the underlay address of every known member. The
-// caller holds a.mu.
-func (a *Agent) memberAddrs() map[wire.SiteID]netip.AddrPort {
-	out := map[wire.SiteID]netip.AddrPort{}
-	for _, m := range a.node.Members() {
-		if !m.Self && m.Addr.IsValid() {
-			out[m.ID] = m.Addr
-		}
-	}
-	return out
-}
-
-// flush sends the control node's outbox (sealed, when encrypted) and
-// publishes a new routing table to the data path when there is one.
+// flush does what the core asks: it sends the datagrams (restamped and
+// sealed as they leave now), logs the route changes and publishes a new
+// routing table to the data path when there is one.
 func (a *Agent) flush() {
-	a.flushMu.Lock()
-	defer a.flushMu.Unlock()
-	a.mu.Lock()
-	out := a.node.Outbox()
-	msgs := make([]transport.Message, len(out))
-	// Probes and replies carry the time they leave, not the time the
-	// node built them: on a busy gateway the two can be milliseconds
-	// apart, which would read as link delay.
-	now := a.clock.Now()
-	for i, o := range out {
-		wire.Restamp(o.Payload, now.UnixNano())
-		msgs[i] = transport.Message{Buf: o.Payload, N: len(o.Payload), Addr: o.To}
-	}
-	if a.sec != nil && len(msgs) > 0 {
-		msgs = a.sec.seal(now, msgs, a.memberAddrs, a.sendNow)
-	}
-	t := a.node.Table()
-	changes := a.describeSwitches(a.node.Switches())
-	a.mu.Unlock()
-	for _, c := range changes {
+	rd := a.core.Ready(a.clock.Now())
+	for _, c := range a.describeSwitches(rd.Switches) {
 		a.log.Info("route changed", "dest", c.Dest, "from", strings.Join(c.From, ">"), "to", strings.Join(c.To, ">"), "reason", c.Reason)
 		a.history.RouteChange(c)
 	}
-	if len(msgs) > 0 {
+	if rd.Rejected > 0 {
+		a.ctlRejected.Add(float64(rd.Rejected))
+	}
+	if len(rd.Send) > 0 {
+		msgs := make([]transport.Message, len(rd.Send))
+		for i, d := range rd.Send {
+			msgs[i] = transport.Message{Buf: d.Payload, N: len(d.Payload), Addr: d.To}
+		}
 		if err := a.engine.Send(msgs); err != nil {
 			a.log.Debug("control send", "err", err)
 		}
 	}
-	if t != a.table {
-		a.publish(t)
+	if rd.Table != nil {
+		a.publish(rd.Table, rd.Gone)
 	}
 }
 
 // describeSwitches turns path changes into events for the log and the
 // history: destination, old and new path by site name, and the router's
-// reason. Caller holds a.mu.
+// reason.
 func (a *Agent) describeSwitches(sw []routing.Switch) []history.Event {
+	node := a.core.Control()
 	out := make([]history.Event, 0, len(sw))
 	for _, s := range sw {
-		out = append(out, history.Event{At: s.At, Dest: a.node.NameOf(s.To[len(s.To)-1]),
-			From: a.node.Names(s.From), To: a.node.Names(s.To), Reason: s.Reason})
+		out = append(out, history.Event{At: s.At, Dest: node.NameOf(s.To[len(s.To)-1]),
+			From: node.Names(s.From), To: node.Names(s.To), Reason: s.Reason})
 	}
 	return out
 }
 
 // publish hands a new table to the data path and forgets the addresses
-// learned at sites that are no longer members.
-func (a *Agent) publish(t *routing.Table) {
-	old := a.table
-	a.table = t
+// and MACs learned at the sites gone from it.
+func (a *Agent) publish(t *routing.Table, gone []wire.SiteID) {
 	a.engine.SetRoutes(t)
-	a.countChanges(old, t)
-	if old == nil {
-		return
-	}
-	for _, id := range old.Sites() {
-		if _, ok := t.Addr(id); !ok {
-			a.engine.ResetSource(id)
-			for _, p := range a.engine.Ports() {
-				p.FDB.ForgetSite(id)
-			}
+	for _, id := range gone {
+		a.engine.ResetSource(id)
+		for _, p := range a.engine.Ports() {
+			p.FDB.ForgetSite(id)
 		}
 	}
 }
 
-// countChanges counts, per destination, the tables whose path differs from
-// the previous table's.
-func (a *Agent) countChanges(old, t *routing.Table) {
-	for _, r := range t.Routes() {
-		if prev, ok := old.Lookup(r.Dest); ok && !slices.Equal(prev.Path, r.Path) {
-			a.mu.Lock()
-			a.changes[r.Dest]++
-			a.mu.Unlock()
-		}
-	}
-}
-
-func (a *Agent) resetTimer(timer *time.Timer) {
-	a.mu.Lock()
-	next := a.node.NextDeadline()
-	a.mu.Unlock()
-	d := next.Sub(a.clock.Now())
-	if d < 0 {
-		d = 0
-	}
-	if d > time.Second {
-		d = time.Second
-	}
-	if a.sec != nil && d > secTickInterval {
-		d = secTickInterval
-	}
+// resetTimer sets timer to fire after d.
+func resetTimer(timer *time.Timer, d time.Duration) {
 	if !timer.Stop() {
 		select {
 		case <-timer.C:
@@ -477,10 +436,9 @@ func (a *Agent) resetTimer(timer *time.Timer) {
 }
 
 // leave tells the other sites this one is going, so they drop it at once.
+// It runs after the control loop, on the core's owner goroutine.
 func (a *Agent) leave() {
-	a.mu.Lock()
-	a.node.Leave(a.clock.Now())
-	a.mu.Unlock()
+	a.core.Leave(a.clock.Now())
 	a.flush()
 }
 

@@ -192,7 +192,7 @@ func TestAgentForwardsUnderHandshakeFlood(t *testing.T) {
 	defer flooder.Close()
 	rogueKey, _ := keys.Generate(nil)
 	rogue, err := session.NewNode(session.Config{Self: wire.SiteIDFromName("beta"), Private: rogueKey,
-		Peers: map[wire.SiteID]keys.PublicKey{wire.SiteIDFromName("alpha"): alpha.a.sec.node.PublicKey()}})
+		Peers: map[wire.SiteID]keys.PublicKey{wire.SiteIDFromName("alpha"): alpha.a.sec.PublicKey()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestAgentForwardsUnderHandshakeFlood(t *testing.T) {
 	if c["admitted"] > session.DefaultBurst+uint64(session.DefaultPerSource*2) {
 		t.Errorf("%d initiations admitted to Diffie-Hellman work", c["admitted"])
 	}
-	if !alpha.a.sec.node.Ready(wire.SiteIDFromName("beta")) {
+	if !alpha.a.sec.Ready(wire.SiteIDFromName("beta")) {
 		t.Error("alpha lost its session with beta")
 	}
 }

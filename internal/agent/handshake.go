@@ -7,7 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/session"
+	"github.com/detour-overlay/detour/internal/site"
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
@@ -54,27 +56,26 @@ const shieldCheckInterval = 250 * time.Millisecond
 const hsQueueLen = 256
 
 func newHandshakes(a *Agent) *handshakes {
-	h := &handshakes{a: a, guard: session.NewGuard(a.sec.node, session.GuardConfig{}), queue: make(chan hsMsg, hsQueueLen),
+	h := &handshakes{a: a, guard: session.NewGuard(a.sec, session.GuardConfig{}), queue: make(chan hsMsg, hsQueueLen),
 		trusted: map[wire.SiteID]netip.AddrPort{}}
 	h.pool.New = func() any { return new([hsBufLen]byte) }
-	for site, addr := range a.sec.addrOf {
+	for site, addr := range configuredAddrs(a.cfg) {
 		h.trust(site, addr)
 	}
 	h.setupShield()
 	return h
 }
 
-// isHandshake reports whether a control datagram belongs to the handshake
-// path.
-func isHandshake(pkt []byte) bool {
-	if len(pkt) < wire.CommonHeaderLen {
-		return false
+// configuredAddrs returns the configured underlay address of every peer
+// that has one.
+func configuredAddrs(cfg *config.Agent) map[wire.SiteID]netip.AddrPort {
+	out := map[wire.SiteID]netip.AddrPort{}
+	for _, p := range cfg.Peers {
+		if ap, err := netip.ParseAddrPort(p.Address); err == nil {
+			out[wire.SiteIDFromName(p.Name)] = ap
+		}
 	}
-	switch wire.Type(pkt[2]) {
-	case wire.TypeHandshakeInit, wire.TypeHandshakeResponse, wire.TypeCookieReply:
-		return true
-	}
-	return false
+	return out
 }
 
 // offer screens a handshake message on the underlay reader's goroutine and
@@ -120,31 +121,21 @@ func (h *handshakes) run(ctx context.Context) {
 	}
 }
 
-// handle runs one admitted message through the session node, outside the
-// agent's lock; only what a completed handshake changes in the secure
-// layer is done under it.
+// handle runs one admitted message through the session node
+// (site.HandshakeWork) on the worker, outside the control loop; what the
+// result changes in the core (the reply to send, the peer's address, the
+// messages that waited for the session) is done on the loop.
 func (h *handshakes) handle(from netip.AddrPort, pkt []byte) {
 	now := h.a.clock.Now()
-	node := h.a.sec.node
-	if wire.Type(pkt[2]) == wire.TypeCookieReply {
-		if node.HandleCookieReply(now, pkt) != nil {
-			h.failed.Add(1)
-		}
-		return
-	}
-	res, err := node.HandleHandshake(now, pkt)
-	if res.Reply != nil {
-		h.a.sendNow(from, res.Reply)
-	}
+	res, err := site.HandshakeWork(h.a.sec, now, pkt)
 	if err != nil {
 		h.failed.Add(1)
-		return
+	} else if res.Peer != 0 {
+		h.trust(res.Peer, from)
 	}
-	h.trust(res.Peer, from)
-	h.a.mu.Lock()
-	h.a.sec.learn(res.Peer, from)
-	h.a.sec.release(now, res.Peer, h.a.sendNow)
-	h.a.mu.Unlock()
+	if res.Reply != nil || (err == nil && res.Peer != 0) {
+		h.a.do(func() { h.a.core.Handshaken(now, from, res, err) })
+	}
 }
 
 // counters returns the handshake path's counters by name: the guard's

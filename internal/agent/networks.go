@@ -56,14 +56,12 @@ func (a *Agent) innerMTU(underlay int) int {
 
 // updateMSS sets the data path's MSS clamp from the current underlay MTU.
 // Larger non-TCP packets are still carried: the kernel fragments the
-// outer datagram.
+// outer datagram. It runs in New and then on the control loop.
 func (a *Agent) updateMSS() {
 	under := a.underlayMTU()
 	v4, v6 := edge.MSSForMTU(a.innerMTU(under))
-	a.mu.Lock()
 	changed := v4 != a.mssV4
 	a.mssV4, a.mssV6 = v4, v6
-	a.mu.Unlock()
 	if changed {
 		a.engine.SetInnerMTU(a.innerMTU(under))
 		a.log.Info("MSS clamp", "underlay_mtu", under, "mss4", v4, "mss6", v6)
@@ -72,14 +70,14 @@ func (a *Agent) updateMSS() {
 
 // Networks implements api.Backend.
 func (a *Agent) Networks() []api.Network {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	out := []api.Network{}
-	for _, n := range a.netCfg {
-		l := a.shaper.Get(n.ID)
-		out = append(out, api.Network{Name: n.Name, ID: n.ID, TAP: n.TAP, Bridge: n.Bridge, MTU: n.MTU, QueueLen: n.QueueLen,
-			MaxRate: nonZero(config.Rate(l.MaxBps)), MinRate: nonZero(config.Rate(l.MinBps))})
-	}
+	a.do(func() {
+		for _, n := range a.netCfg {
+			l := a.shaper.Get(n.ID)
+			out = append(out, api.Network{Name: n.Name, ID: n.ID, TAP: n.TAP, Bridge: n.Bridge, MTU: n.MTU, QueueLen: n.QueueLen,
+				MaxRate: nonZero(config.Rate(l.MaxBps)), MinRate: nonZero(config.Rate(l.MinBps))})
+		}
+	})
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
@@ -96,18 +94,22 @@ func (a *Agent) Attach(r api.Network) (api.Network, error) {
 		return api.Network{}, err
 	}
 	n.MaxRate, n.MinRate = config.Rate(lim.MaxBps), config.Rate(lim.MinBps)
-	a.mu.Lock()
-	all := []config.Network{n}
-	for _, have := range a.netCfg {
-		all = append(all, have)
+	// The device is opened outside the control loop, which only checks
+	// and records the network.
+	if !a.do(func() {
+		all := []config.Network{n}
+		for _, have := range a.netCfg {
+			all = append(all, have)
+		}
+		trial := *a.cfg
+		trial.Networks = all
+		err = trial.Validate()
+	}) {
+		return api.Network{}, errStopped
 	}
-	trial := *a.cfg
-	trial.Networks = all
-	if err := trial.Validate(); err != nil {
-		a.mu.Unlock()
+	if err != nil {
 		return api.Network{}, fmt.Errorf("%w: %v", api.ErrBadRequest, err)
 	}
-	a.mu.Unlock()
 	p, err := a.openPort(n)
 	if err != nil {
 		return api.Network{}, fmt.Errorf("%w: %v", api.ErrBadRequest, err)
@@ -117,9 +119,7 @@ func (a *Agent) Attach(r api.Network) (api.Network, error) {
 		return api.Network{}, fmt.Errorf("%w: %v", api.ErrBadRequest, err)
 	}
 	a.shaper.Set(n.ID, lim)
-	a.mu.Lock()
-	a.netCfg[n.ID] = n
-	a.mu.Unlock()
+	a.do(func() { a.netCfg[n.ID] = n })
 	a.log.Info("network attached", "name", n.Name, "id", n.ID, "tap", n.TAP)
 	r.MTU = n.MTU
 	return r, nil
@@ -128,12 +128,13 @@ func (a *Agent) Attach(r api.Network) (api.Network, error) {
 // Detach implements api.Backend: frames of the network are no longer
 // carried to or from this site, and its TAP device is removed.
 func (a *Agent) Detach(name string) error {
-	a.mu.Lock()
-	n, ok := a.networkByName(name)
-	if ok {
-		delete(a.netCfg, n.ID)
-	}
-	a.mu.Unlock()
+	var n config.Network
+	ok := false
+	a.do(func() {
+		if n, ok = a.networkByName(name); ok {
+			delete(a.netCfg, n.ID)
+		}
+	})
 	if !ok {
 		return fmt.Errorf("%w: network %q is not attached here", api.ErrNotFound, name)
 	}
@@ -151,8 +152,15 @@ func (a *Agent) SetLimits(name string, maxRate, minRate string) error {
 	if err != nil {
 		return err
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	if !a.do(func() { err = a.setLimits(name, lim) }) {
+		return errStopped
+	}
+	return err
+}
+
+// setLimits checks and applies a network's rate limits on the control
+// loop.
+func (a *Agent) setLimits(name string, lim edge.Limits) error {
 	n, ok := a.networkByName(name)
 	if !ok {
 		return fmt.Errorf("%w: network %q is not attached here", api.ErrNotFound, name)
@@ -180,8 +188,15 @@ func (a *Agent) SetEgress(rate string) error {
 	if err != nil {
 		return err
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	if !a.do(func() { err = a.setEgress(r) }) {
+		return errStopped
+	}
+	return err
+}
+
+// setEgress checks and applies the site's egress capacity on the control
+// loop.
+func (a *Agent) setEgress(r config.Rate) error {
 	trial := *a.cfg
 	trial.EgressRate = r
 	trial.Networks = nil

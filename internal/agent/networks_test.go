@@ -5,6 +5,7 @@ import (
 
 	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/edge"
+	"github.com/detour-overlay/detour/internal/session"
 )
 
 // TestInnerMTUIsUnderlayLessWireOverhead checks the inner MTU and the MSS
@@ -30,7 +31,7 @@ func TestInnerMTUIsUnderlayLessWireOverhead(t *testing.T) {
 	for _, c := range cases {
 		a := &Agent{cfg: &config.Agent{Listen: c.listen, MaxHops: c.maxHops}}
 		if c.sealed {
-			a.sec = &secure{}
+			a.sec = &session.Node{}
 		}
 		if got := a.innerMTU(1500); got != c.mtu {
 			t.Errorf("%s, max_hops %d, sealed %v: inner MTU %d, want %d", c.listen, c.maxHops, c.sealed, got, c.mtu)

@@ -13,8 +13,8 @@
 //
 // Times passed in must come from a clock that is never stepped or slewed
 // (a monotonic clock, e.g. a fixed wall time plus time.Since a start
-// instant); they need not agree between sites. Calls must not overlap: the
-// shell serialises them, for instance with one mutex.
+// instant); they need not agree between sites. Calls must not overlap: one
+// goroutine owns the node (package site's Core wraps it).
 //
 // Membership has no central server. A site joins by saying hello to any
 // bootstrap address; the member answers with its member list, and the
@@ -45,8 +45,9 @@
 // dropped) or declared down (the route switches at once).
 //
 // Every message is built by the build* functions in messages.go and leaves
-// through Node.emit into the outbox; the I/O shell (package agent) seals
-// what it takes from the outbox when the overlay is encrypted.
+// through Node.emit into the outbox; the site core (package site), which
+// the agent and the simulator drive, restamps and seals what it takes from
+// the outbox.
 package control
 
 import (

@@ -22,6 +22,7 @@ type Stats struct {
 	BadMAC1            uint64 // handshake messages without a valid mac1 (no Diffie-Hellman spent)
 	CookiesReceived    uint64 // cookie replies taken for a pending initiation
 	BadCookieReplies   uint64 // cookie replies that matched no initiation or did not open
+	Forgotten          uint64 // peers whose sessions were dropped by Forget
 }
 
 type counters struct {
@@ -29,7 +30,7 @@ type counters struct {
 	handshakeMalformed, handshakeRejected, initiationReplays       atomic.Uint64
 	unknownPeer, noSession, authFailures, hopAuthFailures, replays atomic.Uint64
 	malformed, expired, gaveUp                                     atomic.Uint64
-	badMAC1, cookiesReceived, badCookieReplies                     atomic.Uint64
+	badMAC1, cookiesReceived, badCookieReplies, forgotten          atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -44,5 +45,6 @@ func (n *Node) Stats() Stats {
 		HopAuthFailures: c.hopAuthFailures.Load(), Replays: c.replays.Load(),
 		Malformed: c.malformed.Load(), Expired: c.expired.Load(), GaveUp: c.gaveUp.Load(),
 		BadMAC1: c.badMAC1.Load(), CookiesReceived: c.cookiesReceived.Load(), BadCookieReplies: c.badCookieReplies.Load(),
+		Forgotten: c.forgotten.Load(),
 	}
 }

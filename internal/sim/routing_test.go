@@ -228,21 +228,23 @@ func TestRerouteWhenLinkSlows(t *testing.T) {
 }
 
 // TestSwitchesAreReported: the path change made when S→D slows is handed
-// out once by Node.Switches (which the agent logs), with the old and new
-// path and the router's reason.
+// out once in the core's Ready (which the agent logs), with the old and
+// new path and the router's reason.
 func TestSwitchesAreReported(t *testing.T) {
 	n := detourMesh(1)
 	start(t, n)
 	n.RunFor(5 * time.Second)
-	s := n.Site("S").Node
-	s.Switches() // the settling period's, if any
+	s := n.Site("S")
+	s.Switches = nil // the settling period's, if any
 	n.SetLink("S", "D", Link{Delay: 30 * ms, Jitter: ms})
 	if !n.RunUntil(n.Now().Add(3*time.Second), func() bool { return len(n.Path("S", "D")) == 2 }) {
 		t.Fatal("not rerouted within 3 s")
 	}
+	// A change handed out twice would be recorded twice.
+	n.RunFor(10 * ms)
 	d := n.Site("D").ID
 	var got []routing.Switch
-	for _, sw := range s.Switches() {
+	for _, sw := range s.Switches {
 		if sw.To[len(sw.To)-1] == d {
 			got = append(got, sw)
 		}
@@ -250,8 +252,8 @@ func TestSwitchesAreReported(t *testing.T) {
 	if len(got) != 1 || !slices.Equal(got[0].From, []wire.SiteID{d}) || !slices.Equal(got[0].To, n.Path("S", "D")) || got[0].Reason == "" {
 		t.Fatalf("switches to D: %+v, want one from [D] to %v with a reason", got, n.Path("S", "D"))
 	}
-	if again := s.Switches(); len(again) != 0 {
-		t.Fatalf("Switches returned %d changes twice", len(again))
+	if again := s.Node.Switches(); len(again) != 0 {
+		t.Fatalf("the node still holds %d changes the core took", len(again))
 	}
 }
 

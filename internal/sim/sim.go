@@ -1,9 +1,15 @@
 // Package sim is a deterministic discrete-event fake network that runs
-// several control.Nodes in one process: per directed link delay, jitter and
-// loss, per-site clock offsets and skew, killing, restarting and
-// partitioning sites, changing links at run time and injecting garbage.
-// Whole multi-site scenarios run in milliseconds of real time, and the same
-// seed always gives the same run.
+// several sites in one process: per directed link delay, jitter and loss,
+// per-site clock offsets and skew, killing, restarting and partitioning
+// sites, changing links at run time and injecting garbage. Whole
+// multi-site scenarios run in milliseconds of real time, and the same seed
+// always gives the same run.
+//
+// Each site is the same site core (package site) that the agent drives:
+// the simulator is its shell, as the agent is on a gateway. A network made
+// with Sealed seals all control traffic in real Noise sessions, with keys
+// and randomness drawn from the seed; otherwise the sites run in the
+// clear, which is several times faster for the large scenarios.
 //
 // Each site sees its own clock: local = global + offset + skew × (global −
 // start). The network records every route change of every site.
@@ -11,6 +17,7 @@ package sim
 
 import (
 	"container/heap"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -18,8 +25,10 @@ import (
 	"time"
 
 	"github.com/detour-overlay/detour/internal/control"
+	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/lab/scenario"
 	"github.com/detour-overlay/detour/internal/routing"
+	"github.com/detour-overlay/detour/internal/site"
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
@@ -39,11 +48,19 @@ type Site struct {
 	Offset time.Duration
 	Skew   float64 // e.g. 50e-6 for +50 ppm
 	Config control.Config
-	Node   *control.Node
-	Alive  bool
-	index  int
-	wakeAt time.Time
-	table  *routing.Table
+	// Key is the site's private key (on a sealed network).
+	Key keys.PrivateKey
+	// Core is the site's core; Node is its control node, for the views.
+	Core *site.Core
+	Node *control.Node
+	// Switches are the path changes the core handed out (its Ready's, which
+	// the agent logs), oldest first; tests may clear it.
+	Switches []routing.Switch
+	Alive    bool
+	index    int
+	starts   uint64 // how many times the site was started
+	wakeAt   time.Time
+	table    *routing.Table
 }
 
 // RouteChange records a change of one site's path to one destination.
@@ -58,6 +75,8 @@ type RouteChange struct {
 type Net struct {
 	start   time.Time
 	now     time.Time
+	seed    uint64
+	sealed  bool
 	rng     *rand.Rand
 	sites   []*Site
 	byAddr  map[netip.AddrPort]*Site
@@ -68,6 +87,12 @@ type Net struct {
 	Changes []RouteChange
 	// Undeliverable counts datagrams sent to an address no site has.
 	Undeliverable int
+	// Sent counts the datagrams sites sent; Lost those a down or lossy
+	// link dropped.
+	Sent, Lost int
+	// Tap, when set, sees every datagram a site sends (pkt is only valid
+	// during the call: receivers open sealed datagrams in place).
+	Tap func(from, to netip.AddrPort, pkt []byte)
 	// Events counts the events processed.
 	Events int
 }
@@ -77,8 +102,28 @@ var Start = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // New returns an empty network seeded with seed.
 func New(seed uint64) *Net {
-	return &Net{start: Start, now: Start, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+	return &Net{start: Start, now: Start, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		byAddr: map[netip.AddrPort]*Site{}, byName: map[string]*Site{}, links: map[[2]int]Link{}}
+}
+
+// Sealed returns an empty network seeded with seed whose sites seal their
+// control traffic: every site gets a key drawn from the seed and accepts
+// every other site's.
+func Sealed(seed uint64) *Net {
+	n := New(seed)
+	n.sealed = true
+	return n
+}
+
+// seeded returns a randomness source drawn from the network's seed and the
+// given labels, so that keys and handshakes repeat with the seed.
+func (n *Net) seeded(labels ...uint64) *rand.ChaCha8 {
+	var s [32]byte
+	binary.LittleEndian.PutUint64(s[0:], n.seed)
+	for i, l := range labels[:min(len(labels), 3)] {
+		binary.LittleEndian.PutUint64(s[8*(i+1):], l)
+	}
+	return rand.NewChaCha8(s)
 }
 
 // Now returns the global time.
@@ -101,6 +146,13 @@ func (n *Net) AddSite(name string, offset time.Duration, bootstrap []netip.AddrP
 	s.Config = control.DefaultConfig(name, s.Addr, bootstrap...)
 	if configure != nil {
 		configure(&s.Config)
+	}
+	if n.sealed {
+		k, err := keys.Generate(n.seeded(1, uint64(i)))
+		if err != nil {
+			panic("sim: " + err.Error()) // a ChaCha8 stream does not fail
+		}
+		s.Key = k
 	}
 	n.sites = append(n.sites, s)
 	n.byAddr[s.Addr] = s
@@ -146,16 +198,41 @@ func (s *Site) global(l time.Time) time.Time {
 	return Start.Add(time.Duration(float64(d) / (1 + s.Skew)))
 }
 
-// Start starts (or restarts, with a new incarnation) a site's node now.
+// Start starts (or restarts, with a new incarnation) a site's core now.
 func (n *Net) Start(name string) error {
 	s := n.Site(name)
-	node, err := control.New(s.Config, s.Local(n.now))
+	s.starts++
+	core, err := site.New(n.siteConfig(s), s.Local(n.now))
 	if err != nil {
 		return err
 	}
-	s.Node, s.Alive, s.table = node, true, nil
+	s.Core, s.Node, s.Alive, s.table = core, core.Control(), true, nil
 	n.after(s)
 	return nil
+}
+
+// siteConfig returns a site's core configuration: its control
+// configuration and, on a sealed network, its keys, every other site's
+// public key, and the addresses of its bootstrap sites (the others it
+// learns, as an agent does).
+func (n *Net) siteConfig(s *Site) site.Config {
+	cfg := site.Config{Control: s.Config}
+	if !n.sealed {
+		return cfg
+	}
+	sec := &site.Secure{Private: s.Key, Peers: map[wire.SiteID]keys.PublicKey{}, Addrs: map[wire.SiteID]netip.AddrPort{},
+		Rand: n.seeded(2, uint64(s.index), s.starts)}
+	for _, o := range n.sites {
+		if o == s {
+			continue
+		}
+		sec.Peers[o.ID] = o.Key.Public()
+		if slices.Contains(s.Config.Bootstrap, o.Addr) {
+			sec.Addrs[o.ID] = o.Addr
+		}
+	}
+	cfg.Secure = sec
+	return cfg
 }
 
 // StartAll starts every site.
@@ -178,7 +255,7 @@ func (n *Net) Kill(name string) {
 // Leave makes a site leave cleanly and then stops it.
 func (n *Net) Leave(name string) {
 	s := n.Site(name)
-	s.Node.Leave(s.Local(n.now))
+	s.Core.Leave(s.Local(n.now))
 	n.drain(s)
 	n.Kill(name)
 }
@@ -188,11 +265,11 @@ func (n *Net) Inject(to string, from netip.AddrPort, pkt []byte) {
 	n.push(&event{at: n.now, site: n.Site(to), from: from, pkt: slices.Clone(pkt)})
 }
 
-// Do runs f on a site's node at the current time (for operator calls) and
+// Do runs f on a site's core at the current time (for operator calls) and
 // sends what it produced.
-func (n *Net) Do(name string, f func(node *control.Node, local time.Time)) {
+func (n *Net) Do(name string, f func(core *site.Core, local time.Time)) {
 	s := n.Site(name)
-	f(s.Node, s.Local(n.now))
+	f(s.Core, s.Local(n.now))
 	n.after(s)
 }
 
@@ -225,22 +302,21 @@ func (n *Net) handle(ev *event) {
 			return // superseded wake-up
 		}
 		s.wakeAt = time.Time{}
-		s.Node.Tick(s.Local(n.now))
+		s.Core.Tick(s.Local(n.now))
 	} else {
-		s.Node.Receive(s.Local(n.now), ev.from, ev.pkt)
+		s.Core.Receive(s.Local(n.now), ev.from, ev.pkt)
 	}
 	n.after(s)
 }
 
-// after sends a site's outbox, records route changes and schedules its next
-// wake-up.
+// after does what a site's core asks (sends its datagrams, records its
+// route changes) and schedules its next wake-up.
 func (n *Net) after(s *Site) {
 	n.drain(s)
-	n.recordRoutes(s)
 	if !s.Alive {
 		return
 	}
-	dl := s.Node.NextDeadline()
+	dl := s.Core.NextDeadline()
 	if dl.IsZero() {
 		return
 	}
@@ -257,9 +333,15 @@ func (n *Net) after(s *Site) {
 	}
 }
 
-// drain puts a site's outgoing datagrams on the network.
+// drain takes a site's Ready: it puts the datagrams on the network and
+// records the route changes of a new table.
 func (n *Net) drain(s *Site) {
-	for _, o := range s.Node.Outbox() {
+	rd := s.Core.Ready(s.Local(n.now))
+	for _, o := range rd.Send {
+		n.Sent++
+		if n.Tap != nil {
+			n.Tap(s.Addr, o.To, o.Payload)
+		}
 		dst, ok := n.byAddr[o.To]
 		if !ok {
 			n.Undeliverable++
@@ -267,6 +349,7 @@ func (n *Net) drain(s *Site) {
 		}
 		l := n.links[[2]int{s.index, dst.index}]
 		if l.Down || (l.Loss > 0 && n.rng.Float64() < l.Loss) {
+			n.Lost++
 			continue
 		}
 		d := l.Delay
@@ -275,15 +358,15 @@ func (n *Net) drain(s *Site) {
 		}
 		n.push(&event{at: n.now.Add(d), site: dst, from: s.Addr, pkt: o.Payload})
 	}
+	s.Switches = append(s.Switches, rd.Switches...)
+	if rd.Table != nil {
+		n.recordRoutes(s, rd.Table)
+	}
 }
 
-// recordRoutes appends the changes between a site's last seen table and its
-// current one.
-func (n *Net) recordRoutes(s *Site) {
-	t := s.Node.Table()
-	if t == s.table {
-		return
-	}
+// recordRoutes appends the changes between a site's last seen table and
+// its new one t.
+func (n *Net) recordRoutes(s *Site, t *routing.Table) {
 	old := s.table
 	s.table = t
 	dests := map[wire.SiteID]bool{}

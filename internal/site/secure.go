@@ -1,14 +1,11 @@
-package agent
+package site
 
 import (
 	"encoding/binary"
 	"net/netip"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/config"
-	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/session"
-	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
@@ -16,8 +13,8 @@ import (
 // encrypted sessions (package session). The control node stays unaware of
 // it: its outgoing datagrams are sealed to the site at their address, and
 // sealed datagrams are opened before it sees them. Control messages to a
-// site without a session wait, bounded, while the handshake runs. It is
-// used only from the control loop, under the agent's lock.
+// site without a session wait, bounded, while the handshake runs. Like the
+// rest of the core it is used by one goroutine at a time.
 type secure struct {
 	node    *session.Node
 	pending map[wire.SiteID][]pendingMsg
@@ -28,9 +25,6 @@ type secure struct {
 	addrOf map[wire.SiteID]netip.AddrPort
 	// Counters for the API and metrics.
 	unsealed, spoofed, unknownDest, pendingDropped uint64
-	// hsCounters reads the handshake path's counters (handshake.go), which
-	// counters reports with the prefix "handshake_".
-	hsCounters func() map[string]uint64
 }
 
 type pendingMsg struct {
@@ -44,24 +38,15 @@ const (
 	pendingMaxAge = 2 * time.Second
 )
 
-// newSecure builds the session node from the configuration's keys.
-func newSecure(cfg *config.Agent) (*secure, error) {
-	priv, err := keys.ParsePrivate(cfg.PrivateKey)
-	if err != nil {
-		return nil, err
-	}
+// newSecure builds the session node from the site's keys and the peers'
+// configured addresses.
+func newSecure(self wire.SiteID, cfg *Secure) (*secure, error) {
 	s := &secure{pending: map[wire.SiteID][]pendingMsg{}, byAddr: map[netip.AddrPort]wire.SiteID{}, addrOf: map[wire.SiteID]netip.AddrPort{}}
-	peers := map[wire.SiteID]keys.PublicKey{}
-	for _, p := range cfg.Peers {
-		id := wire.SiteIDFromName(p.Name)
-		if peers[id], err = keys.ParsePublic(p.PublicKey); err != nil {
-			return nil, err
-		}
-		if ap, err := netip.ParseAddrPort(p.Address); err == nil {
-			s.learn(id, ap)
-		}
+	for id, ap := range cfg.Addrs {
+		s.learn(id, ap)
 	}
-	s.node, err = session.NewNode(session.Config{Self: wire.SiteIDFromName(cfg.Site), Private: priv, Peers: peers})
+	var err error
+	s.node, err = session.NewNode(session.Config{Self: self, Private: cfg.Private, Peers: cfg.Peers, Rand: cfg.Rand})
 	return s, err
 }
 
@@ -76,11 +61,11 @@ func (s *secure) learn(site wire.SiteID, addr netip.AddrPort) {
 
 // open turns a received datagram into the control datagram the control
 // node should see, or nil. Handshake messages take their own path
-// (handshake.go).
+// (Core.Handshake).
 func (s *secure) open(now time.Time, from netip.AddrPort, pkt []byte, send func(netip.AddrPort, []byte)) []byte {
 	switch wire.Type(pkt[2]) {
 	case wire.TypeHandshakeInit, wire.TypeHandshakeResponse, wire.TypeCookieReply:
-		return nil // the handshake path's (handshakes.offer), never queued here
+		return nil // the handshake path's (Core.Handshake), never queued here
 	case wire.TypeSealed:
 		site, inner, err := s.node.OpenControl(pkt)
 		if err != nil {
@@ -110,35 +95,32 @@ func senderIs(inner []byte, site wire.SiteID) bool {
 	return wire.SiteID(binary.BigEndian.Uint32(inner[4:8])) == site
 }
 
-// seal turns the control node's outgoing datagrams into sealed ones, or
-// queues them until the destination's session is up.
-func (s *secure) seal(now time.Time, msgs []transport.Message, members func() map[wire.SiteID]netip.AddrPort, send func(netip.AddrPort, []byte)) []transport.Message {
-	out := msgs[:0]
+// seal sends the control node's outgoing datagrams sealed, or queues them
+// until the destination's session is up (and sends the initiation that
+// starts it).
+func (s *secure) seal(now time.Time, msgs []Datagram, members func() map[wire.SiteID]netip.AddrPort, send func(netip.AddrPort, []byte)) {
 	for _, m := range msgs {
-		site, ok := s.byAddr[m.Addr]
+		site, ok := s.byAddr[m.To]
 		if !ok {
 			for id, a := range members() {
 				s.learn(id, a)
 			}
-			if site, ok = s.byAddr[m.Addr]; !ok {
+			if site, ok = s.byAddr[m.To]; !ok {
 				s.unknownDest++
 				continue
 			}
 		}
 		if !s.node.Ready(site) {
-			s.enqueue(now, site, m.Buf[:m.N])
+			s.enqueue(now, site, m.Payload)
 			if init, err := s.node.Connect(now, site); err == nil && init != nil {
-				send(m.Addr, init)
+				send(m.To, init)
 			}
 			continue
 		}
-		sealed, err := s.node.SealControl(nil, site, m.Buf[:m.N])
-		if err != nil {
-			continue
+		if sealed, err := s.node.SealControl(nil, site, m.Payload); err == nil {
+			send(m.To, sealed)
 		}
-		out = append(out, transport.Message{Buf: sealed, N: len(sealed), Addr: m.Addr})
 	}
-	return out
 }
 
 func (s *secure) enqueue(now time.Time, site wire.SiteID, payload []byte) {
@@ -206,15 +188,11 @@ func (s *secure) counters() map[string]uint64 {
 		"session_bad_mac1":            st.BadMAC1,
 		"session_cookies_received":    st.CookiesReceived,
 		"session_bad_cookie_replies":  st.BadCookieReplies,
+		"session_forgotten":           st.Forgotten,
 		"control_unsealed_dropped":    s.unsealed,
 		"control_spoofed_sender":      s.spoofed,
 		"control_unknown_destination": s.unknownDest,
 		"control_pending_dropped":     s.pendingDropped,
-	}
-	if s.hsCounters != nil {
-		for k, v := range s.hsCounters() {
-			out["handshake_"+k] = v
-		}
 	}
 	return out
 }
