@@ -45,19 +45,13 @@ func (a *Agent) underlayMTU() int {
 }
 
 // innerMTU is the largest IP packet of a host that crosses the underlay
-// unfragmented on the longest path: the underlay MTU less the outer IP and
-// UDP headers, detour's header for MaxHops sites, the inner Ethernet
-// header and, encrypted, the security blocks and tags.
+// unfragmented on the longest path (MaxHops sites), encrypted or not, over
+// the listen address's IP version: wire.InnerMTU, whose comment draws
+// the packet.
 func (a *Agent) innerMTU(underlay int) int {
-	outer := 28
-	if ap, err := netip.ParseAddrPort(a.cfg.Listen); err == nil && ap.Addr().Is6() && !ap.Addr().Is4In6() {
-		outer = 48
-	}
-	over := outer + wire.DataHeaderLen(a.cfg.MaxHops) + 14
-	if a.sec != nil {
-		over += wire.SealedDataE2ELen + wire.SealedDataHopLen + 2*wire.TagLen
-	}
-	return underlay - over
+	ap, err := netip.ParseAddrPort(a.cfg.Listen)
+	ipv6 := err == nil && ap.Addr().Is6() && !ap.Addr().Is4In6()
+	return wire.InnerMTU(underlay, a.cfg.MaxHops, a.sec != nil, ipv6)
 }
 
 // updateMSS sets the data path's MSS clamp from the current underlay MTU.

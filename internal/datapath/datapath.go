@@ -63,21 +63,13 @@ type Config struct {
 	Crypto Crypto
 }
 
-// Headroom is the space kept in front of every frame read from a device
-// for the largest data header and its security block; Tailroom is kept
-// after it for the authentication tag.
-const (
-	Headroom = wire.DataFixedLen + 4*wire.MaxPath + wire.SealedDataE2ELen + wire.SealedDataHopLen
-	Tailroom = wire.TagLen
-)
-
 // Crypto seals and opens data packets end to end between sites and
 // authenticates relayed packets hop by hop (package session implements it).
 // Its methods must be safe for concurrent use and must not allocate.
 type Crypto interface {
 	// SealData builds a sealed packet in b from the frame of frameLen
-	// bytes at b[wire.DataHeaderLen(n)+wire.SealedDataPrefixLen(n):] for
-	// a path of n sites, writing the header h, and returns its length.
+	// bytes at b[wire.FrameOffset(n, true):] for a path of n sites,
+	// writing the header h, and returns its length.
 	SealData(b []byte, h *wire.DataHeader, frameLen int) (int, error)
 	// Relay checks a packet this site relays, advances its hop index and
 	// re-tags it for the next site, which it returns.

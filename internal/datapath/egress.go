@@ -16,8 +16,8 @@ import (
 type egress struct {
 	e      *Engine
 	port   *Port
-	bufs   [][]byte // each frame is read at Headroom, leaving room for the header
-	frames [][]byte // bufs[i][Headroom:], the views given to the device
+	bufs   [][]byte // each frame is read at wire.Headroom, leaving room for the header
+	frames [][]byte // bufs[i][wire.Headroom:], the views given to the device
 	sizes  []int
 	flood  [][]byte // buffers for the copies of flooded frames
 	nflood int
@@ -40,9 +40,9 @@ func (e *Engine) newEgress(p *Port) *egress {
 	size := frameSize(p.Dev.MTU())
 	g := &egress{e: e, port: p, seq: map[wire.SiteID]uint32{}, dests: map[wire.SiteID]*dest{}, sizes: make([]int, batchFrames)}
 	for i := 0; i < batchFrames; i++ {
-		b := make([]byte, Headroom+size+Tailroom)
+		b := make([]byte, wire.Headroom+size+wire.Tailroom)
 		g.bufs = append(g.bufs, b)
-		g.frames = append(g.frames, b[Headroom:Headroom+size])
+		g.frames = append(g.frames, b[wire.Headroom:wire.Headroom+size])
 	}
 	return g
 }
@@ -249,7 +249,7 @@ func (g *egress) unicast(dst wire.SiteID, i, n int) {
 		return
 	}
 	g.duplicate(rt, g.frames[i][:n])
-	start := Headroom - g.frameOffset()
+	start := wire.Headroom - g.frameOffset()
 	if m, ok := g.seal(g.bufs[i][start:], n, rt); ok {
 		g.emit(dst, rt, m)
 	}
@@ -281,7 +281,7 @@ func (g *egress) duplicate(rt *routing.Route, frame []byte) {
 // floodBuf returns a spare packet buffer of the current batch.
 func (g *egress) floodBuf() []byte {
 	if g.nflood == len(g.flood) {
-		g.flood = append(g.flood, make([]byte, Headroom+len(g.frames[0])+Tailroom))
+		g.flood = append(g.flood, make([]byte, wire.Headroom+len(g.frames[0])+wire.Tailroom))
 	}
 	b := g.flood[g.nflood]
 	g.nflood++
@@ -289,13 +289,7 @@ func (g *egress) floodBuf() []byte {
 }
 
 // frameOffset is where the frame starts in a packet with g.hdr's path.
-func (g *egress) frameOffset() int {
-	n := int(g.hdr.PathLen)
-	if g.e.crypto == nil {
-		return wire.DataHeaderLen(n)
-	}
-	return wire.DataHeaderLen(n) + wire.SealedDataPrefixLen(n)
-}
+func (g *egress) frameOffset() int { return wire.FrameOffset(int(g.hdr.PathLen), g.e.crypto != nil) }
 
 // seal writes g.hdr in front of the frame of length n that starts at
 // b[g.frameOffset():] and, with crypto, seals the packet.

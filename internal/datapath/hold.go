@@ -95,7 +95,7 @@ type holdQueue struct {
 const lateRelease = int64(time.Millisecond)
 
 // bufPool recycles the buffers of held packets.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, Headroom+2048+Tailroom); return &b }}
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, wire.Headroom+2048+wire.Tailroom); return &b }}
 
 // enqueue copies m into the queue if a hold is active at now and reports
 // whether it did. A hold whose deadline has passed is released first, and

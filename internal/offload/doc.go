@@ -17,6 +17,8 @@
 //
 // Everything here is a pure function or a small state machine on the
 // caller's buffers: nothing allocates after setup, nothing does I/O.
+// Headers are parsed and built, and checksums computed, with package
+// frame.
 //
 // # How the data path calls it
 //

@@ -2,7 +2,8 @@ package offload
 
 import (
 	"bytes"
-	"encoding/binary"
+
+	"github.com/detour-overlay/detour/internal/frame"
 )
 
 // maxUDPSegments is the most datagrams one UDP super-frame built here
@@ -60,61 +61,61 @@ func (c *Coalescer) UDP() bool { return c.udp }
 // be flushed.
 func (c *Coalescer) Pending() bool { return c.n > 0 }
 
-// Add takes frame (an Ethernet frame without virtio_net_hdr) into the
+// Add takes b (an Ethernet frame without virtio_net_hdr) into the
 // pending super-frame, or starts one with it when none is pending. It
 // returns false when the frame cannot join: the caller then flushes the
 // pending super-frame and calls Add again, and if that fails too writes
 // the frame on its own. The frame's bytes are copied.
-func (c *Coalescer) Add(frame []byte) bool {
+func (c *Coalescer) Add(b []byte) bool {
 	var f l4Frame
-	if !parseL4(frame, &f) || !c.joinable(frame, &f) {
+	if !parseL4(b, &f) || !c.joinable(b, &f) {
 		return false
 	}
 	if c.n == 0 {
-		return c.start(frame, &f)
+		return c.start(b, &f)
 	}
-	return c.append(frame, &f)
+	return c.append(b, &f)
 }
 
-// joinable reports whether frame may be part of a super-frame at all: a
+// joinable reports whether b may be part of a super-frame at all: a
 // TCP segment with payload and only ACK (and PSH) set, or, with UDP
 // enabled, a UDP datagram with payload whose UDP length is its IP
 // payload's.
-func (c *Coalescer) joinable(frame []byte, f *l4Frame) bool {
+func (c *Coalescer) joinable(b []byte, f *l4Frame) bool {
 	if f.ipEnd == f.end {
 		return false
 	}
-	if f.proto == protoTCP {
-		return joinableFlags(frame[f.l4+13])
+	if f.proto == frame.ProtoTCP {
+		return joinableFlags(f.tcp(b).Flags())
 	}
-	return c.udp && int(binary.BigEndian.Uint16(frame[f.l4+4:])) == f.ipEnd-f.l4
+	return c.udp && frame.UDP(b[f.l4:]).Len() == f.ipEnd-f.l4
 }
 
 // joinableFlags accepts ACK with or without PSH.
-func joinableFlags(fl uint8) bool { return fl&^tcpFlagPSH == tcpFlagACK }
+func joinableFlags(fl uint8) bool { return fl&^frame.TCPFlagPSH == frame.TCPFlagACK }
 
 // start copies the first segment or datagram.
-func (c *Coalescer) start(frame []byte, f *l4Frame) bool {
+func (c *Coalescer) start(b []byte, f *l4Frame) bool {
 	if HdrLen+f.ipEnd > len(c.buf) {
 		return false
 	}
-	c.n = copy(c.buf[HdrLen:], frame[:f.ipEnd])
+	c.n = copy(c.buf[HdrLen:], b[:f.ipEnd])
 	c.f, c.mss, c.segs, c.closed = *f, f.ipEnd-f.end, 1, false
-	if f.proto == protoUDP {
+	if f.proto == frame.ProtoUDP {
 		if !f.v6 {
-			c.nextID = f.ipv4ID(frame) + 1
+			c.nextID = f.ipv4ID(b) + 1
 		}
 		return true
 	}
-	c.nextSeq = binary.BigEndian.Uint32(frame[f.l4+4:]) + uint32(c.mss)
-	c.psh = frame[f.l4+13]&tcpFlagPSH != 0
+	c.nextSeq = f.tcp(b).Seq() + uint32(c.mss)
+	c.psh = f.tcp(b).Flags()&frame.TCPFlagPSH != 0
 	c.closed = c.psh
 	return true
 }
 
 // append adds the payload of a segment or datagram that continues the
 // super-frame.
-func (c *Coalescer) append(frame []byte, f *l4Frame) bool {
+func (c *Coalescer) append(b []byte, f *l4Frame) bool {
 	size := f.ipEnd - f.end
 	if c.closed || size > c.mss || f.proto != c.f.proto || f.l4 != c.f.l4 || f.end != c.f.end || f.v6 != c.f.v6 {
 		return false
@@ -123,17 +124,17 @@ func (c *Coalescer) append(frame []byte, f *l4Frame) bool {
 		return false
 	}
 	head := c.buf[HdrLen : HdrLen+c.f.end]
-	if !sameIP(head, frame, f) || !bytes.Equal(head[f.l4:f.l4+4], frame[f.l4:f.l4+4]) { // and ports
+	if !sameIP(head, b, f) || !bytes.Equal(head[f.l4:f.l4+4], b[f.l4:f.l4+4]) { // and ports
 		return false
 	}
-	if f.proto == protoUDP {
-		if !c.continuesUDP(frame, f) {
+	if f.proto == frame.ProtoUDP {
+		if !c.continuesUDP(b, f) {
 			return false
 		}
-	} else if !c.continuesTCP(head, frame, f) {
+	} else if !c.continuesTCP(head, b, f) {
 		return false
 	}
-	c.n += copy(c.buf[HdrLen+c.n:], frame[f.end:f.ipEnd])
+	c.n += copy(c.buf[HdrLen+c.n:], b[f.end:f.ipEnd])
 	c.segs++
 	if size < c.mss {
 		c.closed = true
@@ -143,16 +144,14 @@ func (c *Coalescer) append(frame []byte, f *l4Frame) bool {
 
 // continuesTCP checks the TCP fields of a segment of the pending flow and,
 // if it continues the super-frame, takes its window and PSH flag.
-func (c *Coalescer) continuesTCP(head, frame []byte, f *l4Frame) bool {
-	tcp, ntcp := head[f.l4:f.end], frame[f.l4:f.end]
-	if binary.BigEndian.Uint32(ntcp[4:]) != c.nextSeq ||
-		!bytes.Equal(tcp[8:12], ntcp[8:12]) || // acknowledgment
-		!bytes.Equal(tcp[20:], ntcp[20:]) { // options
+func (c *Coalescer) continuesTCP(head, b []byte, f *l4Frame) bool {
+	tcp, ntcp := frame.TCP(head[f.l4:f.end]), frame.TCP(b[f.l4:f.end])
+	if ntcp.Seq() != c.nextSeq || ntcp.Ack() != tcp.Ack() || !bytes.Equal(tcp.Options(), ntcp.Options()) {
 		return false
 	}
 	c.nextSeq += uint32(f.ipEnd - f.end)
-	copy(tcp[14:16], ntcp[14:16]) // the newest window
-	if ntcp[13]&tcpFlagPSH != 0 {
+	tcp.SetWindow(ntcp.Window()) // the newest
+	if ntcp.Flags()&frame.TCPFlagPSH != 0 {
 		c.psh, c.closed = true, true
 	}
 	return true
@@ -160,12 +159,12 @@ func (c *Coalescer) continuesTCP(head, frame []byte, f *l4Frame) bool {
 
 // continuesUDP checks the segment limit and, over IPv4, the IP ID of a
 // datagram of the pending flow, and counts it.
-func (c *Coalescer) continuesUDP(frame []byte, f *l4Frame) bool {
+func (c *Coalescer) continuesUDP(b []byte, f *l4Frame) bool {
 	if c.segs >= maxUDPSegments {
 		return false
 	}
 	if !f.v6 {
-		if f.ipv4ID(frame) != c.nextID {
+		if f.ipv4ID(b) != c.nextID {
 			return false
 		}
 		c.nextID++
@@ -175,16 +174,21 @@ func (c *Coalescer) continuesUDP(frame []byte, f *l4Frame) bool {
 
 // sameIP compares the Ethernet (and VLAN) and IP headers of two frames of
 // the same layout, leaving out lengths, IPv4 IDs and checksums.
-func sameIP(head, frame []byte, f *l4Frame) bool {
-	if !bytes.Equal(head[:f.l3], frame[:f.l3]) { // Ethernet and VLAN
+func sameIP(head, b []byte, f *l4Frame) bool {
+	if !bytes.Equal(head[:f.l3], b[:f.l3]) { // Ethernet and VLAN
 		return false
 	}
-	ip, nip := head[f.l3:f.l4], frame[f.l3:f.l4]
 	if f.v6 {
-		return bytes.Equal(ip[:4], nip[:4]) && bytes.Equal(ip[6:], nip[6:])
+		ip, nip := frame.IPv6(head[f.l3:f.l4]), frame.IPv6(b[f.l3:f.l4])
+		return ip.TrafficClass() == nip.TrafficClass() && ip.FlowLabel() == nip.FlowLabel() &&
+			ip.NextHeader() == nip.NextHeader() && ip.HopLimit() == nip.HopLimit() &&
+			bytes.Equal(ip.Src(), nip.Src()) && bytes.Equal(ip.Dst(), nip.Dst())
 	}
-	return ip[1] == nip[1] && ip[6]&0xe0 == nip[6]&0xe0 && // TOS, flags
-		bytes.Equal(ip[8:10], nip[8:10]) && bytes.Equal(ip[12:20], nip[12:20]) // TTL, protocol, addresses
+	ip, nip := frame.IPv4(head[f.l3:f.l4]), frame.IPv4(b[f.l3:f.l4])
+	const flags = 0xe000 // reserved, DF, MF
+	return ip.TOS() == nip.TOS() && ip.FlagsFrag()&flags == nip.FlagsFrag()&flags &&
+		ip.TTL() == nip.TTL() && ip.Proto() == nip.Proto() &&
+		bytes.Equal(ip.Src(), nip.Src()) && bytes.Equal(ip.Dst(), nip.Dst())
 }
 
 // Flush finishes the pending super-frame and returns the bytes to write to
@@ -201,7 +205,7 @@ func (c *Coalescer) Flush() []byte {
 	switch {
 	case c.segs == 1:
 		PutPlain(out)
-	case c.f.proto == protoUDP:
+	case c.f.proto == frame.ProtoUDP:
 		c.finishUDP(out)
 	default:
 		c.finishTCP(out)
@@ -212,32 +216,32 @@ func (c *Coalescer) Flush() []byte {
 
 // finishTCP writes the headers of a TCP super-frame of several segments.
 func (c *Coalescer) finishTCP(out []byte) {
-	frame, f := out[HdrLen:], &c.f
+	b, f := out[HdrLen:], &c.f
 	tcpLen := c.n - f.l4
-	f.setIPLength(frame, tcpLen)
-	tcp := frame[f.l4:]
+	f.setIPLength(b, tcpLen)
+	tcp := f.tcp(b)
 	if c.psh {
-		tcp[13] |= tcpFlagPSH
+		tcp.SetFlags(tcp.Flags() | frame.TCPFlagPSH)
 	}
-	src, dst := f.addrs(frame)
-	binary.BigEndian.PutUint16(tcp[tcpCsumOff:], fold(pseudoSum(src, dst, protoTCP, tcpLen)))
+	src, dst := f.addrs(b)
+	tcp.SetChecksum(frame.Fold(frame.PseudoSum(src, dst, frame.ProtoTCP, tcpLen)))
 	gso := uint8(GSOTCPv4)
 	if f.v6 {
 		gso = GSOTCPv6
 	}
 	Hdr{Flags: FlagNeedsCsum, GSOType: gso, HdrLen: uint16(f.end), GSOSize: uint16(c.mss),
-		CsumStart: uint16(f.l4), CsumOffset: tcpCsumOff}.Put(out)
+		CsumStart: uint16(f.l4), CsumOffset: frame.TCPChecksumOff}.Put(out)
 }
 
 // finishUDP writes the headers of a UDP super-frame of several datagrams.
 func (c *Coalescer) finishUDP(out []byte) {
-	frame, f := out[HdrLen:], &c.f
+	b, f := out[HdrLen:], &c.f
 	l4Len := c.n - f.l4
-	f.setIPLength(frame, l4Len)
-	udp := frame[f.l4:]
-	binary.BigEndian.PutUint16(udp[4:], uint16(l4Len))
-	src, dst := f.addrs(frame)
-	binary.BigEndian.PutUint16(udp[udpCsumOff:], fold(pseudoSum(src, dst, protoUDP, l4Len)))
+	f.setIPLength(b, l4Len)
+	udp := frame.UDP(b[f.l4:])
+	udp.SetLen(l4Len)
+	src, dst := f.addrs(b)
+	udp.SetChecksum(frame.Fold(frame.PseudoSum(src, dst, frame.ProtoUDP, l4Len)))
 	Hdr{Flags: FlagNeedsCsum, GSOType: GSOUDPL4, HdrLen: uint16(f.end), GSOSize: uint16(c.mss),
-		CsumStart: uint16(f.l4), CsumOffset: udpCsumOff}.Put(out)
+		CsumStart: uint16(f.l4), CsumOffset: frame.UDPChecksumOff}.Put(out)
 }

@@ -3,6 +3,8 @@ package offload
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/detour-overlay/detour/internal/frame"
 )
 
 // Errors of Split.
@@ -32,89 +34,79 @@ func Split(pkt []byte, outs [][]byte, sizes []int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	frame := pkt[HdrLen:]
+	b := pkt[HdrLen:]
 	switch h.GSOType &^ GSOECN {
 	case GSONone:
-		return splitNone(frame, h, outs, sizes)
+		return splitNone(b, h, outs, sizes)
 	case GSOTCPv4, GSOTCPv6:
-		return splitTCP(frame, h, outs, sizes)
+		return splitTCP(b, h, outs, sizes)
 	case GSOUDPL4:
-		return splitUDP(frame, h, outs, sizes)
+		return splitUDP(b, h, outs, sizes)
 	}
 	return 0, ErrUnsupported
 }
 
 // splitNone completes a partial checksum and copies the frame.
-func splitNone(frame []byte, h Hdr, outs [][]byte, sizes []int) (int, error) {
+func splitNone(b []byte, h Hdr, outs [][]byte, sizes []int) (int, error) {
 	if h.Flags&FlagNeedsCsum != 0 {
-		if err := completeChecksum(frame, int(h.CsumStart), int(h.CsumOffset)); err != nil {
+		if err := completeChecksum(b, int(h.CsumStart), int(h.CsumOffset)); err != nil {
 			return 0, err
 		}
 	}
-	if len(outs) == 0 || len(sizes) == 0 || len(outs[0]) < len(frame) {
+	if len(outs) == 0 || len(sizes) == 0 || len(outs[0]) < len(b) {
 		return 0, ErrNoRoom
 	}
-	sizes[0] = copy(outs[0], frame)
+	sizes[0] = copy(outs[0], b)
 	return 1, nil
 }
 
 // completeChecksum finishes a checksum the sender left partial: the field
 // at start+off holds the pseudo-header sum; the checksum covers
-// frame[start:]. At a UDP checksum's offset a result of 0, which would
+// b[start:]. At a UDP checksum's offset a result of 0, which would
 // mean "no checksum" (and is invalid over IPv6), is written as 0xffff.
-func completeChecksum(frame []byte, start, off int) error {
-	if start > len(frame) || off < 0 || start+off+2 > len(frame) {
+func completeChecksum(b []byte, start, off int) error {
+	if start > len(b) || off < 0 || start+off+2 > len(b) {
 		return ErrBadOffsets
 	}
-	c := ^fold(sum(0, frame[start:]))
-	if off == udpCsumOff {
-		c = udpChecksum(c)
+	c := frame.Checksum(b[start:], 0)
+	if off == frame.UDPChecksumOff {
+		c = frame.UDPChecksum(c)
 	}
-	binary.BigEndian.PutUint16(frame[start+off:], c)
+	binary.BigEndian.PutUint16(b[start+off:], c)
 	return nil
 }
 
-// udpChecksum returns the UDP checksum field for the complemented sum c:
-// c itself, or 0xffff when c is 0 (RFC 768; RFC 8200 for IPv6).
-func udpChecksum(c uint16) uint16 {
-	if c == 0 {
-		return 0xffff
-	}
-	return c
-}
-
 // splitTCP cuts a TCP super-frame into segments of h.GSOSize payload bytes.
-func splitTCP(frame []byte, h Hdr, outs [][]byte, sizes []int) (int, error) {
+func splitTCP(b []byte, h Hdr, outs [][]byte, sizes []int) (int, error) {
 	var f l4Frame
 	// The kernel gives a super-frame valid IP lengths (up to 64 KB).
-	if !parseTCP(frame, &f) || h.GSOSize == 0 || f.v6 != (h.GSOType&^GSOECN == GSOTCPv6) {
+	if !parseTCP(b, &f) || h.GSOSize == 0 || f.v6 != (h.GSOType&^GSOECN == GSOTCPv6) {
 		return 0, ErrUnsupported
 	}
-	n, err := cut(frame, &f, int(h.GSOSize), outs, sizes)
+	n, err := cut(b, &f, int(h.GSOSize), outs, sizes)
 	if err != nil {
 		return 0, err
 	}
-	seq := binary.BigEndian.Uint32(frame[f.l4+4:])
-	flags := frame[f.l4+13]
+	seq, flags := f.tcp(b).Seq(), f.tcp(b).Flags()
 	for i := 0; i < n; i++ {
 		fl := flags
 		if i < n-1 {
-			fl &^= tcpFlagFIN | tcpFlagPSH
+			fl &^= frame.TCPFlagFIN | frame.TCPFlagPSH
 		}
 		if i > 0 {
-			fl &^= tcpFlagCWR
+			fl &^= frame.TCPFlagCWR
 		}
 		segment(outs[i][:sizes[i]], &f, seq+uint32(i*int(h.GSOSize)), fl, uint16(i))
 	}
 	return n, nil
 }
 
-// cut copies the headers of frame and each size bytes of its payload
+// cut copies the headers of b and each size bytes of its payload
 // (the last piece may be shorter) into outs, one piece each, setting
 // sizes, and returns the number of pieces. The caller fixes each piece's
 // headers.
-func cut(frame []byte, f *l4Frame, size int, outs [][]byte, sizes []int) (int, error) {
-	payload := frame[f.end:f.ipEnd]
+func cut(b []byte, f *l4Frame, size int, outs [][]byte, sizes []int) (int, error) {
+	payload := b[f.end:f.ipEnd]
 	n := max(1, (len(payload)+size-1)/size)
 	if n > len(outs) || n > len(sizes) {
 		return 0, ErrNoRoom
@@ -125,7 +117,7 @@ func cut(frame []byte, f *l4Frame, size int, outs [][]byte, sizes []int) (int, e
 		if len(out) < f.end+len(chunk) {
 			return 0, ErrNoRoom
 		}
-		copy(out, frame[:f.end])
+		copy(out, b[:f.end])
 		copy(out[f.end:], chunk)
 		sizes[i] = f.end + len(chunk)
 	}
@@ -141,22 +133,22 @@ func segment(out []byte, f *l4Frame, seq uint32, flags uint8, i uint16) {
 		f.setIPv4ID(out, f.ipv4ID(out)+i)
 	}
 	f.setIPLength(out, tcpLen)
-	tcp := out[f.l4:]
-	binary.BigEndian.PutUint32(tcp[4:], seq)
-	tcp[13] = flags
-	tcp[tcpCsumOff], tcp[tcpCsumOff+1] = 0, 0
+	tcp := f.tcp(out)
+	tcp.SetSeq(seq)
+	tcp.SetFlags(flags)
+	tcp.SetChecksum(0)
 	src, dst := f.addrs(out)
-	binary.BigEndian.PutUint16(tcp[tcpCsumOff:], ^fold(sum(pseudoSum(src, dst, protoTCP, tcpLen), tcp)))
+	tcp.SetChecksum(frame.Checksum(tcp, frame.PseudoSum(src, dst, frame.ProtoTCP, tcpLen)))
 }
 
 // splitUDP cuts a UDP super-frame into datagrams of h.GSOSize payload
 // bytes (the last may be shorter).
-func splitUDP(frame []byte, h Hdr, outs [][]byte, sizes []int) (int, error) {
+func splitUDP(b []byte, h Hdr, outs [][]byte, sizes []int) (int, error) {
 	var f l4Frame
-	if !parseUDP(frame, &f) || h.GSOSize == 0 {
+	if !parseUDP(b, &f) || h.GSOSize == 0 {
 		return 0, ErrUnsupported
 	}
-	n, err := cut(frame, &f, int(h.GSOSize), outs, sizes)
+	n, err := cut(b, &f, int(h.GSOSize), outs, sizes)
 	if err != nil {
 		return 0, err
 	}
@@ -175,10 +167,9 @@ func datagram(out []byte, f *l4Frame, i uint16) {
 		f.setIPv4ID(out, f.ipv4ID(out)+i)
 	}
 	f.setIPLength(out, l4Len)
-	udp := out[f.l4:]
-	binary.BigEndian.PutUint16(udp[4:], uint16(l4Len))
-	udp[udpCsumOff], udp[udpCsumOff+1] = 0, 0
+	udp := frame.UDP(out[f.l4:])
+	udp.SetLen(l4Len)
+	udp.SetChecksum(0)
 	src, dst := f.addrs(out)
-	c := ^fold(sum(pseudoSum(src, dst, protoUDP, l4Len), udp))
-	binary.BigEndian.PutUint16(udp[udpCsumOff:], udpChecksum(c))
+	udp.SetChecksum(frame.UDPChecksum(frame.Checksum(udp, frame.PseudoSum(src, dst, frame.ProtoUDP, l4Len))))
 }

@@ -17,7 +17,7 @@ func BenchmarkSealData(b *testing.B) {
 			b.Run(fmt.Sprintf("%dB/path%d", size, len(path)), func(b *testing.B) {
 				n := mesh(b, 3)
 				connectAll(b, t0, n)
-				off := FrameOffset(len(path))
+				off := wire.FrameOffset(len(path), true)
 				buf := make([]byte, off+size+wire.TagLen)
 				var h wire.DataHeader
 				b.SetBytes(int64(size))

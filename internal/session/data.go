@@ -5,8 +5,8 @@ import (
 )
 
 // SealData builds a sealed data packet in b. On entry the Ethernet frame
-// of frameLen bytes is at b[FrameOffset(h.PathLen):], and b has TagLen
-// bytes of room after it. SealData writes the header h (setting
+// of frameLen bytes is at b[wire.FrameOffset(h.PathLen, true):], and b
+// has TagLen bytes of room after it. SealData writes the header h (setting
 // DataFlagSealed and hop 0), the security block, encrypts the frame in
 // place and appends the tag; if the path has relays it also writes the hop
 // tag for the first relay. It returns the packet length.
@@ -48,16 +48,6 @@ func (n *Node) SealData(b []byte, h *wire.DataHeader, frameLen int) (int, error)
 	}
 	return end, nil
 }
-
-// FrameOffset returns where SealData expects the frame of a packet whose
-// path has pathLen sites: after the header and the security block.
-func FrameOffset(pathLen int) int {
-	return wire.DataHeaderLen(pathLen) + wire.SealedDataPrefixLen(pathLen)
-}
-
-// MaxFrameOffset is FrameOffset of the longest path: the headroom a data
-// path keeps in front of frames read from a device.
-const MaxFrameOffset = wire.DataFixedLen + 4*wire.MaxPath + wire.SealedDataE2ELen + wire.SealedDataHopLen
 
 // sendKey returns the current keypair of site, or ErrNoSession after
 // marking the site as wanted so that the next Tick starts a handshake.

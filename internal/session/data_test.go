@@ -136,7 +136,7 @@ func TestTamperedBeforeRelay(t *testing.T) {
 	connectAll(t, t0, n)
 	path := []wire.SiteID{2, 3}
 	size := len(dataPacket(t, n[0], path, testFrame(64)))
-	body := FrameOffset(len(path))
+	body := wire.FrameOffset(len(path), true)
 	for i := 0; i < size; i++ {
 		pkt := dataPacket(t, n[0], path, testFrame(64))
 		pkt[i] ^= 0x04
@@ -193,12 +193,12 @@ func TestDataPathDoesNotAllocate(t *testing.T) {
 	n := mesh(t, 3)
 	connectAll(t, t0, n)
 	frame := testFrame(1400)
-	buf := make([]byte, FrameOffset(2)+len(frame)+wire.TagLen)
+	buf := make([]byte, wire.FrameOffset(2, true)+len(frame)+wire.TagLen)
 	pkt := make([]byte, len(buf))
 	var h wire.DataHeader
 	allocs := testing.AllocsPerRun(200, func() {
 		h = wire.DataHeader{Source: 1, PathLen: 2, Path: [wire.MaxPath]wire.SiteID{2, 3}}
-		copy(buf[FrameOffset(2):], frame)
+		copy(buf[wire.FrameOffset(2, true):], frame)
 		m, err := n[0].SealData(buf, &h, len(frame))
 		if err != nil {
 			t.Fatal(err)

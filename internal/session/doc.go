@@ -58,9 +58,9 @@
 //	handshake:              152-byte initiation, 96-byte response, 36-byte keepalive,
 //	                        68-byte cookie reply (only under load)
 //
-// These come on top of the data header (16 + 4 per path entry) and the
-// UDP/IP headers: a 1400-byte underlay MTU leaves 1400 - 28 - 8 - 20 - 16 -
-// 4n bytes of frame on an n-entry path.
+// These come on top of the data header (20 + 4 per path entry) and the
+// UDP/IP headers; wire's layout.go draws the whole packet, and
+// wire.InnerMTU gives the largest host packet that fits.
 //
 // # Integration: agent configuration
 //
@@ -75,9 +75,9 @@
 //
 // Egress (device loop), per destination copy:
 //
-//	// Read the frame at buf[session.MaxFrameOffset:]; keep wire.TagLen bytes
-//	// of tailroom. With h filled by Routes.Path (Source = self, Hop = 0):
-//	start := session.MaxFrameOffset - session.FrameOffset(int(h.PathLen))
+//	// Read the frame at buf[wire.Headroom:]; keep wire.Tailroom bytes
+//	// after it. With h filled by Routes.Path (Source = self, Hop = 0):
+//	start := wire.Headroom - wire.FrameOffset(int(h.PathLen), true)
 //	n, err := node.SealData(buf[start:], &h, frameLen) // writes header too
 //	// send buf[start:start+n] to the first hop; on ErrNoSession count and
 //	// drop (the next Tick starts the handshake).

@@ -48,7 +48,7 @@ func FuzzOpenData(f *testing.F) {
 		for _, s := range seeds {
 			x, y := relayInvariant(b), relayInvariant(s)
 			if relay {
-				covered := FrameOffset(int(s[5]))
+				covered := wire.FrameOffset(int(s[5]), true)
 				x, y = x[:min(len(x), covered)], y[:covered]
 			}
 			if bytes.Equal(x, y) {

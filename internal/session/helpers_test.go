@@ -101,8 +101,8 @@ func dataPacket(t testing.TB, src *Node, path []wire.SiteID, frame []byte) []byt
 func trySeal(src *Node, path []wire.SiteID, frame []byte) ([]byte, int, error) {
 	h := wire.DataHeader{Source: src.Self(), Network: 42, Seq: 7, PathLen: uint8(len(path))}
 	copy(h.Path[:], path)
-	b := make([]byte, FrameOffset(len(path))+len(frame)+wire.TagLen)
-	copy(b[FrameOffset(len(path)):], frame)
+	b := make([]byte, wire.FrameOffset(len(path), true)+len(frame)+wire.TagLen)
+	copy(b[wire.FrameOffset(len(path), true):], frame)
 	n, err := src.SealData(b, &h, len(frame))
 	return b, n, err
 }

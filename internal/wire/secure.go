@@ -303,7 +303,7 @@ func ParseSealed(b []byte, m *Sealed) error {
 // destination. A security block sits between the header and the frame:
 //
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//	:   data header, flags has DataFlagSealed (16 + 4*length bytes) :
+//	:   data header, flags has DataFlagSealed (20 + 4*length bytes) :
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+ -.
 //	|          end-to-end receiver index (destination's key id)     |  | e2e
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+  | nonce
