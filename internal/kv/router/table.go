@@ -274,6 +274,9 @@ func (s *Server) LastReply() int64 { return s.lastReply.Load() }
 // last reply left, or 0 when every request has been answered since.
 func (s *Server) PendingSince() int64 { return s.pendingSince.Load() }
 
+// ClearPending forgets an unanswered request, when a server is readmitted.
+func (s *Server) ClearPending() { s.pendingSince.Store(0) }
+
 // IP returns the server's address as 4 bytes.
 func (s *Server) IP() [4]byte { return s.ip }
 
