@@ -69,7 +69,9 @@ const (
 // below the protocol's minimum (68 for IPv4, 1280 for IPv6), or an out too
 // small for the answer. out must not overlap b. TooBig allocates nothing.
 func TooBig(b []byte, mtu int, out []byte) int {
-	if len(b) < frame.EtherHeaderLen || frame.IsGroup(frame.Dst(b)) || frame.IsGroup(frame.Src(b)) {
+	// A frame no longer than mtu plus an Ethernet header carries an IP
+	// packet that fits.
+	if len(b) <= frame.EtherHeaderLen+mtu || frame.IsGroup(frame.Dst(b)) || frame.IsGroup(frame.Src(b)) {
 		return 0
 	}
 	var f frame.Frame

@@ -28,19 +28,19 @@ func MSSForMTU(mtu int) (v4, v6 uint16) {
 // directly after the fixed header is clamped (SYNs with extension headers
 // are rare enough to pass unchanged).
 func ClampMSS(b []byte, v4, v6 uint16) bool {
-	var f frame.Frame
-	if frame.ParseLink(b, &f) != nil {
+	etype, l3, ok := frame.EtherType(b)
+	if !ok {
 		return false
 	}
-	switch f.EtherType {
+	switch etype {
 	case frame.EtherTypeIPv4:
-		ip, err := frame.ParseIPv4(b[f.L3:])
+		ip, err := frame.ParseIPv4(b[l3:])
 		if err != nil || ip.Proto() != frame.ProtoTCP || ip.FragOffset() != 0 {
 			return false
 		}
 		return clampTCP(ip[ip.HeaderLen():], v4)
 	case frame.EtherTypeIPv6:
-		ip, err := frame.ParseIPv6(b[f.L3:])
+		ip, err := frame.ParseIPv6(b[l3:])
 		if err != nil || ip.NextHeader() != frame.ProtoTCP {
 			return false
 		}

@@ -54,6 +54,24 @@ func ParseLink(b []byte, f *Frame) error {
 	return nil
 }
 
+// EtherType returns the EtherType of the Ethernet frame b, after its
+// 802.1Q tag if it has one, and the offset of the payload (14 or 18), for
+// callers that need nothing else of the link header; ok is false when b
+// is shorter than its header.
+func EtherType(b []byte) (etype uint16, l3 int, ok bool) {
+	if len(b) < EtherHeaderLen {
+		return 0, 0, false
+	}
+	etype = binary.BigEndian.Uint16(b[12:14])
+	if etype != EtherTypeVLAN {
+		return etype, EtherHeaderLen, true
+	}
+	if len(b) < EtherHeaderLen+VLANTagLen {
+		return 0, 0, false
+	}
+	return binary.BigEndian.Uint16(b[16:18]), EtherHeaderLen + VLANTagLen, true
+}
+
 // Dst returns the destination address of the Ethernet frame b, which must
 // hold at least EtherHeaderLen bytes.
 func Dst(b []byte) []byte { return b[0:6:6] }

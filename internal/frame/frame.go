@@ -48,60 +48,51 @@ func Parse(b []byte, f *Frame) error {
 	if err := ParseLink(b, f); err != nil {
 		return err
 	}
+	// The common cases are written out here rather than in functions of
+	// their own: Parse is on the path of every frame, and one call is
+	// cheaper than two.
 	switch f.EtherType {
 	case EtherTypeIPv4:
-		return parseIPv4(b, f)
+		ip, err := ParseIPv4(b[f.L3:])
+		if err != nil {
+			return err
+		}
+		hl, total := ip.HeaderLen(), ip.TotalLen()
+		if total < hl {
+			return ErrMalformed
+		}
+		if len(ip) < total {
+			return ErrTruncated
+		}
+		f.L4, f.End, f.Proto = f.L3+hl, f.L3+total, ip.Proto()
+		if ff := ip.FlagsFrag(); ff&IPv4FragOffMask != 0 {
+			f.Frag = FragLater
+		} else if ff&IPv4FlagMF != 0 {
+			f.Frag = FragFirst
+		}
+		return nil
 	case EtherTypeIPv6:
-		return parseIPv6(b, f)
-	}
-	return ErrNotIP
-}
-
-// parseIPv4 fills the IP fields of f from the IPv4 packet at b[f.L3:].
-func parseIPv4(b []byte, f *Frame) error {
-	ip, err := ParseIPv4(b[f.L3:])
-	if err != nil {
-		return err
-	}
-	hl, total := ip.HeaderLen(), ip.TotalLen()
-	if total < hl {
-		return ErrMalformed
-	}
-	if len(ip) < total {
-		return ErrTruncated
-	}
-	f.L4, f.End, f.Proto = f.L3+hl, f.L3+total, ip.Proto()
-	switch ff := ip.FlagsFrag(); {
-	case ff&IPv4FragOffMask != 0:
-		f.Frag = FragLater
-	case ff&IPv4FlagMF != 0:
-		f.Frag = FragFirst
-	}
-	return nil
-}
-
-// parseIPv6 fills the IP fields of f from the IPv6 packet at b[f.L3:].
-func parseIPv6(b []byte, f *Frame) error {
-	ip, err := ParseIPv6(b[f.L3:])
-	if err != nil {
-		return err
-	}
-	total := IPv6HeaderLen + ip.PayloadLen()
-	if len(ip) < total {
-		return ErrTruncated
-	}
-	f.V6, f.End = true, f.L3+total
-	if ip.NextHeader() == ProtoTCP || ip.NextHeader() == ProtoUDP {
-		// The common case needs no walk.
-		f.L4, f.Proto = f.L3+IPv6HeaderLen, ip.NextHeader()
+		ip, err := ParseIPv6(b[f.L3:])
+		if err != nil {
+			return err
+		}
+		total := IPv6HeaderLen + ip.PayloadLen()
+		if len(ip) < total {
+			return ErrTruncated
+		}
+		f.V6, f.End = true, f.L3+total
+		if next := ip.NextHeader(); next == ProtoTCP || next == ProtoUDP {
+			f.L4, f.Proto = f.L3+IPv6HeaderLen, next
+			return nil
+		}
+		proto, off, frag, err := walkIPv6(ip[:total])
+		if err != nil {
+			return err
+		}
+		f.L4, f.Proto, f.Frag = f.L3+off, proto, frag
 		return nil
 	}
-	proto, off, frag, err := walkIPv6(ip[:total])
-	if err != nil {
-		return err
-	}
-	f.L4, f.Proto, f.Frag = f.L3+off, proto, frag
-	return nil
+	return ErrNotIP
 }
 
 // IPv4 returns the IPv4 header of b, which f describes (f.V6 false).
@@ -121,19 +112,6 @@ func (f *Frame) Addrs(b []byte) (src, dst []byte) {
 		return b[f.L3+8 : f.L3+24 : f.L3+24], b[f.L3+24 : f.L3+40 : f.L3+40]
 	}
 	return b[f.L3+12 : f.L3+16 : f.L3+16], b[f.L3+16 : f.L3+20 : f.L3+20]
-}
-
-// SetIPLength writes the IP length fields of b for an upper-layer segment
-// of n bytes after the IP header (and IPv6 extension headers), and for
-// IPv4 recomputes the header checksum.
-func (f *Frame) SetIPLength(b []byte, n int) {
-	if f.V6 {
-		IPv6(b[f.L3:]).SetPayloadLen(f.L4 - f.L3 - IPv6HeaderLen + n)
-		return
-	}
-	ip := IPv4(b[f.L3:])
-	ip.SetTotalLen(f.L4 - f.L3 + n)
-	ip.ComputeChecksum()
 }
 
 // RewriteDst rewrites the destination address and port of the TCP

@@ -321,6 +321,17 @@ func TestChecksum(t *testing.T) {
 			t.Errorf("%d bytes with an IPv6 pseudo header: %#04x", n, c)
 		}
 	}
+	for _, n := range []int{31, 32, 33, 64, 65, 100, 1499, 1500, 65535} {
+		for _, fill := range []byte{0x00, 0xff, 0x80, 0x5a} {
+			b := bytes.Repeat([]byte{fill}, n)
+			if n > 40 {
+				b[37] ^= 0x33
+			}
+			if pre := []byte{0xff, 0xff, 0xff, 0xfe}; Checksum(b, 0) != refChecksum(b) || Checksum(b, Sum(0, pre)) != refChecksum(pre, b) {
+				t.Errorf("%d bytes of %#x: %#04x, want %#04x", n, fill, Checksum(b, 0), refChecksum(b))
+			}
+		}
+	}
 	ip := IPv4(build(pkt{proto: ProtoUDP, ipOpts: 4})[14:])
 	want := ip.Checksum()
 	ip.SetChecksum(0x1234)
@@ -609,6 +620,30 @@ func TestAllocatesNothing(t *testing.T) {
 	})
 	if n != 0 {
 		t.Errorf("%v allocations per run", n)
+	}
+}
+
+func TestEtherType(t *testing.T) {
+	for _, c := range []struct {
+		b     []byte
+		etype uint16
+		l3    int
+		ok    bool
+	}{
+		{build(pkt{proto: ProtoUDP}), EtherTypeIPv4, 14, true},
+		{build(pkt{vlan: true, v6: true, proto: ProtoUDP}), EtherTypeIPv6, 18, true},
+		{arpRequest(false, ip4C)[:14], EtherTypeARP, 14, true},
+		{build(pkt{vlan: true, proto: ProtoUDP})[:17], 0, 0, false},
+		{make([]byte, 13), 0, 0, false},
+	} {
+		etype, l3, ok := EtherType(c.b)
+		if etype != c.etype || l3 != c.l3 || ok != c.ok {
+			t.Errorf("%x: got %#x %d %v, want %#x %d %v", c.b[:min(len(c.b), 18)], etype, l3, ok, c.etype, c.l3, c.ok)
+		}
+		var f Frame
+		if err := ParseLink(c.b, &f); (err == nil) != c.ok || c.ok && (f.EtherType != etype || f.L3 != l3) {
+			t.Errorf("ParseLink disagrees: %v %+v", err, f)
+		}
 	}
 }
 

@@ -109,6 +109,19 @@ func FuzzUpdate(f *testing.F) {
 	})
 }
 
+// FuzzChecksum checks Checksum against a byte-by-byte computation, with
+// and without a pseudo header's sum to start from.
+func FuzzChecksum(f *testing.F) {
+	f.Add(bytes.Repeat([]byte{0xff}, 70), uint32(0))
+	f.Add([]byte{0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7}, uint32(0x1234567))
+	f.Fuzz(func(t *testing.T, data []byte, acc uint32) {
+		a := []byte{byte(acc >> 24), byte(acc >> 16), byte(acc >> 8), byte(acc)}
+		if got, want := Checksum(data, Sum(0, a)), refChecksum(a, data); got != want {
+			t.Fatalf("Checksum of %d bytes = %#04x, byte by byte %#04x", len(data), got, want)
+		}
+	})
+}
+
 func BenchmarkParse(b *testing.B) {
 	for _, c := range []struct {
 		name  string

@@ -33,7 +33,9 @@ func parseL4(b []byte, f *l4Frame) bool {
 	if p.L4 != p.L3+hl { // IPv4 options or IPv6 extension headers
 		return false
 	}
-	*f = l4Frame{l3: p.L3, l4: p.L4, ipEnd: p.End, v6: p.V6, proto: p.Proto}
+	// Field by field: a composite literal is built on the stack and copied
+	// with wide loads that stall on its narrow stores.
+	f.l3, f.l4, f.ipEnd, f.v6, f.proto = p.L3, p.L4, p.End, p.V6, p.Proto
 	switch p.Proto {
 	case frame.ProtoTCP:
 		t, err := frame.ParseTCP(p.Upper(b))

@@ -182,13 +182,13 @@ func sameIP(head, b []byte, f *l4Frame) bool {
 		ip, nip := frame.IPv6(head[f.l3:f.l4]), frame.IPv6(b[f.l3:f.l4])
 		return ip.TrafficClass() == nip.TrafficClass() && ip.FlowLabel() == nip.FlowLabel() &&
 			ip.NextHeader() == nip.NextHeader() && ip.HopLimit() == nip.HopLimit() &&
-			bytes.Equal(ip.Src(), nip.Src()) && bytes.Equal(ip.Dst(), nip.Dst())
+			[16]byte(ip.Src()) == [16]byte(nip.Src()) && [16]byte(ip.Dst()) == [16]byte(nip.Dst())
 	}
 	ip, nip := frame.IPv4(head[f.l3:f.l4]), frame.IPv4(b[f.l3:f.l4])
 	const flags = 0xe000 // reserved, DF, MF
 	return ip.TOS() == nip.TOS() && ip.FlagsFrag()&flags == nip.FlagsFrag()&flags &&
 		ip.TTL() == nip.TTL() && ip.Proto() == nip.Proto() &&
-		bytes.Equal(ip.Src(), nip.Src()) && bytes.Equal(ip.Dst(), nip.Dst())
+		[4]byte(ip.Src()) == [4]byte(nip.Src()) && [4]byte(ip.Dst()) == [4]byte(nip.Dst())
 }
 
 // Flush finishes the pending super-frame and returns the bytes to write to
