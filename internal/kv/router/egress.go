@@ -233,11 +233,12 @@ func (w *Worker) build(b []byte, i int, h memcache.FrameHeader, req []byte) ([]b
 	h.Put(nb[hdr:])
 	copy(nb[hdr+memcache.FrameHeaderLen:], req)
 	udpLen := n - f.L4
-	f.SetIPLength(nb, udpLen)
+	ip := frame.IPv4(nb[f.L3:])
+	ip.SetTotalLen(f.L4 - f.L3 + udpLen) // IPv4 only: the router takes no IPv6
+	ip.ComputeChecksum()
 	u := frame.UDP(nb[f.L4:])
 	u.SetLen(udpLen)
 	u.SetChecksum(0)
-	ip := frame.IPv4(nb[f.L3:])
 	u.SetChecksum(frame.UDPChecksum(frame.Checksum(u, frame.PseudoSum(ip.Src(), ip.Dst(), frame.ProtoUDP, udpLen))))
 	if err := frame.Parse(nb, &w.g); err != nil {
 		return nil, false
