@@ -15,7 +15,9 @@
 # docs/kv.md with the date and the machine's load. Needs root; the
 # testbed and nutcracker are removed on exit (nutcracker killed by PID).
 #
-#   usage: scripts/bench-kv.sh   (KV_DURATION=10s KV_OUTSTANDING=16)
+#   usage: scripts/bench-kv.sh   (KV_DURATION=10s KV_OUTSTANDING=16;
+#          KV_UNDERLAY=kernel for the zero-delay case, plain kernel links
+#          instead of the WAN emulator)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${DETOUR_BIN:-$PWD/bin/detour}
@@ -38,7 +40,7 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-"$lab" testbed up lanman2017-kv --overlay detour-plain
+"$lab" testbed up lanman2017-kv --overlay detour-plain --underlay "${KV_UNDERLAY:-emulator}"
 "$lab" testbed status --json >"$work/status.json"
 eval "$(python3 - "$work/status.json" <<'PY'
 import json, sys
@@ -91,7 +93,7 @@ import json, sys, os
 work, dur, out = sys.argv[1:4]
 names = {"a": "(a) client-side ketama, binary/UDP", "b": "(b) detour VIP, binary/UDP",
          "d": "(d) twemproxy at LAN, ASCII/TCP", "e": "(e) twemproxy at NEU, ASCII/TCP"}
-print("%s per case, %s outstanding, 2,000 keys, 32-byte values, prefilled\n" % (dur, out))
+print("%s per case, %s outstanding, 2,000 keys, 32-byte values, prefilled, underlay %s\n" % (dur, out, os.environ.get("KV_UNDERLAY", "emulator")))
 print("| case | gets/sets | p50 ms | p99 ms | requests/s | timeouts | errors | p50 / (a) |")
 print("|---|---|---|---|---|---|---|---|")
 for mix in ("0.5", "0.9"):

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -320,6 +321,26 @@ func TestKVRouter(t *testing.T) {
 	}
 	if liveErrors != 0 {
 		t.Errorf("%d errors for keys of healthy servers", liveErrors)
+	}
+
+	// LAN's gateway exports the pool's counters per server, the failovers
+	// and the errors it answered.
+	metrics, err := o.inGateway("LAN", "curl", "-s", "--max-time", "3", "http://127.0.0.1:7447/metrics")
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	neu := pool.Servers[dead].Address
+	for _, want := range []string{
+		`detour_kv_requests_total{pool="cache",server="` + neu + `"}`,
+		`detour_kv_server_up{pool="cache",server="` + neu + `"}`,
+		`detour_kv_pool_total{counter="errors",pool="cache"} 3`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if regexp.MustCompile(`detour_kv_pool_total\{counter="failed_over",pool="cache"\} [1-9]`).FindString(metrics) == "" {
+		t.Error("metrics count no failover")
 	}
 }
 
