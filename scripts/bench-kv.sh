@@ -101,7 +101,7 @@ for mix in ("0.5", "0.9"):
     for c in "abde":
         r = json.load(open(os.path.join(work, "%s-%s.json" % (c, mix))))
         l = r["latency_us"]
-        print("| %s | %d/%d | %.1f | %.1f | %.0f | %d | %d | %.2f |" % (names[c], round(float(mix) * 100), round(100 - float(mix) * 100),
+        print("| %s | %d/%d | %.2f | %.2f | %.0f | %d | %d | %.2f |" % (names[c], round(float(mix) * 100), round(100 - float(mix) * 100),
               l["p50"] / 1e3, l["p99"] / 1e3, r["throughput"], r["timeouts"], r["errors"], l["p50"] / base))
 PY
 cat "$res"
