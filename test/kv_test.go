@@ -160,7 +160,8 @@ func heldKeys(t *testing.T, ns, addr string, keys []string) map[string]bool {
 // TestKVRouter runs the lanman2017-kv scenario over detour: a client at
 // LAN sets 1,000 keys through the pool's virtual address over UDP, each
 // key lands on exactly the server the ring names, malformed requests get
-// memcached's errors, and a memcached killed with -9 has its keys served
+// memcached's errors, a client at a server's own site is served through
+// the VIP too, and a memcached killed with -9 has its keys served
 // by the failover within 300 ms while the other keys see no error.
 func TestKVRouter(t *testing.T) {
 	o := withAgents(t, upWith(t, kvPrefix, "lanman2017-kv", "--overlay", "detour-plain"))
@@ -243,6 +244,22 @@ func TestKVRouter(t *testing.T) {
 			}
 		}
 		t.Logf("%s (%s) holds %d keys, as the ring says", s.Address, s.Site, n)
+	}
+
+	// A client at NEU reaches NEU's own server through the VIP: the
+	// gateway sends the request back to the bridge from a flow slot and
+	// the reply on to the client from the VIP.
+	neuClient := dialKV(t, o.st.Sites[o.idx("NEU")].Hosts[1].NS, vip)
+	var localKey string
+	for _, k := range keys {
+		if pool.Servers[rg.Owner([]byte(k))].Site == "NEU" {
+			localKey = k
+			break
+		}
+	}
+	rs2 := neuClient.exchange([][]byte{binGet(localKey), binSet(localKey, "local"), binGet(localKey)}, 1, 500*time.Millisecond)
+	if status(rs2[0]) != 0 || status(rs2[1]) != 0 || status(rs2[2]) != 0 || !strings.HasSuffix(string(rs2[2]), "local") {
+		t.Fatalf("local owner through the VIP: replies % x", rs2)
 	}
 
 	// Malformed requests get memcached's own errors from the VIP.
