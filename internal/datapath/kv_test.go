@@ -131,3 +131,65 @@ func TestKeyRouting(t *testing.T) {
 		t.Fatalf("counters: %d requests, %d replies", p.Stats.Requests.Load(), p.Stats.Replies.Load())
 	}
 }
+
+// keyRouteEngine is benchEngine (site 1, sites 2 and 3 reachable) with a
+// pool whose servers are at sites 2 and 3, and a binary get of a key of
+// the server at site 3.
+func keyRouteEngine(t testing.TB) (*Engine, *egress, []byte) {
+	e := benchEngine()
+	tb, err := router.New(router.Spec{Self: 1, Subnet: netip.MustParsePrefix("10.20.0.0/24"), Pools: []router.PoolSpec{{
+		Name: "cache", VIP: kvVIP, Servers: []router.ServerSpec{
+			{Addr: netip.MustParseAddrPort("10.20.0.12:11211"), Site: 2},
+			{Addr: netip.MustParseAddrPort("10.20.0.13:11211"), Site: 3},
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Port(testNet).KV.Store(tb)
+	var key string
+	for i := 0; ; i++ {
+		key = fmt.Sprint("user:", i)
+		if tb.Pools()[0].RingOwner([]byte(key)) == 1 {
+			break
+		}
+	}
+	req := make([]byte, 8+24+len(key))
+	memcache.FrameHeader{RequestID: 9, Total: 1}.Put(req)
+	req[8], req[9] = memcache.MagicRequest, memcache.OpGet
+	binary.BigEndian.PutUint16(req[10:], uint16(len(key)))
+	binary.BigEndian.PutUint32(req[16:], uint32(len(key)))
+	copy(req[32:], key)
+	vmac := router.VirtualMAC(kvVIP.Addr())
+	return e, e.newEgress(e.Port(testNet)), kvUDP(vmac[:], kvCMAC, kvClient, kvVIP, req)
+}
+
+// TestKeyRouteNoAllocs: a request routed by key through the whole egress
+// path (router, encapsulation, send) allocates nothing.
+func TestKeyRouteNoAllocs(t *testing.T) {
+	e, g, req := keyRouteEngine(t)
+	allocs := testing.AllocsPerRun(100, func() {
+		copy(g.frames[0], req)
+		g.begin()
+		g.forward(0, len(req))
+		g.flushBatch()
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocs per request", allocs)
+	}
+	if e.Stats().KVFrames.Load() == 0 || e.Stats().PacketsSent.Load() == 0 {
+		t.Fatalf("requests not routed: %v", e.Stats().Snapshot())
+	}
+}
+
+// BenchmarkEgressKeyRoute measures a binary get routed by key and
+// encapsulated for a relayed site.
+func BenchmarkEgressKeyRoute(b *testing.B) {
+	_, g, req := keyRouteEngine(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		copy(g.frames[0], req)
+		g.begin()
+		g.forward(0, len(req))
+		g.flushBatch()
+	}
+}
