@@ -340,6 +340,66 @@ func TestKVRouter(t *testing.T) {
 		t.Errorf("%d errors for keys of healthy servers", liveErrors)
 	}
 
+	// No key of a healthy server moved: every one still hits, with its
+	// value.
+	checkLive := func(dead map[int]bool) {
+		t.Helper()
+		var live []string
+		var gets [][]byte
+		for _, k := range keys {
+			if !dead[rg.Owner([]byte(k))] {
+				live = append(live, k)
+				gets = append(gets, binGet(k))
+			}
+		}
+		for i, r := range kv.exchange(gets, 100, 500*time.Millisecond) {
+			if status(r) != 0 || !strings.HasSuffix(string(r), "v"+live[i]) {
+				t.Fatalf("key %s of a healthy server: reply % x", live[i], r)
+			}
+		}
+		t.Logf("all %d keys of healthy servers still hit", len(live))
+	}
+	checkLive(map[int]bool{dead: true})
+
+	// A whole site killed (BOR's gateway agent, by PID): its keys fail
+	// over within a second, and CLU's keys stay where they are.
+	bor := -1
+	for j, s := range pool.Servers {
+		if s.Site == "BOR" {
+			bor = j
+		}
+	}
+	agentPID := 0
+	for _, p := range o.st.Procs {
+		if p.Name == "agent-bor" {
+			agentPID = p.PID
+		}
+	}
+	if agentPID == 0 {
+		t.Fatal("no agent recorded for BOR")
+	}
+	var borKeys []string
+	for _, k := range keys {
+		if rg.Owner([]byte(k)) == bor {
+			borKeys = append(borKeys, k)
+		}
+	}
+	if err := syscall.Kill(agentPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed = time.Now()
+	served = 0
+	for i := 0; time.Since(killed) < 3*time.Second && served == 0; i++ {
+		if status(kv.exchange([][]byte{binSet(borKeys[i%len(borKeys)], "again")}, 1, 40*time.Millisecond)[0]) == 0 {
+			served = time.Since(killed)
+		}
+	}
+	t.Logf("killed BOR's gateway (pid %d): its keys served again after %v", agentPID, served.Round(time.Millisecond))
+	if served == 0 || served > time.Second {
+		t.Errorf("site failover took %v, want at most 1 s", served)
+	}
+	checkLive(map[int]bool{dead: true, bor: true})
+
 	// LAN's gateway exports the pool's counters per server, the failovers
 	// and the errors it answered.
 	metrics, err := o.inGateway("LAN", "curl", "-s", "--max-time", "3", "http://127.0.0.1:7447/metrics")
