@@ -36,6 +36,9 @@ const (
 	// kvMinPassive is the shortest wait for a reply before a remote
 	// server counts as dead (the wait is max(3 × path RTT, this)).
 	kvMinPassive = 50 * time.Millisecond
+	// kvPassiveMin is how many requests must go unanswered: one lost
+	// datagram takes no server out.
+	kvPassiveMin = 2
 	// kvRetryMin and kvRetryMax bound the wait before a remote server
 	// that passive detection took out is tried again; the wait doubles
 	// each time it fails again within kvStable.
@@ -154,15 +157,16 @@ func (a *Agent) kvWatch(ks *kvServer, routes datapath.Routes, now int64, probe b
 	}
 }
 
-// kvPassive takes a server out when requests to it went unanswered for
-// max(3 × path RTT, 50 ms), and tries a remote one again later.
+// kvPassive takes a server out when requests to it (at least two) went
+// unanswered for max(3 × path RTT, 50 ms), and tries a remote one again
+// later.
 func (a *Agent) kvPassive(ks *kvServer, routes datapath.Routes, now int64) {
 	s := ks.s
 	wait := kvMinPassive
 	if rt, ok := routes.Lookup(s.Site); ok && 6*rt.OneWayEstimate > wait {
 		wait = 6 * rt.OneWayEstimate
 	}
-	if p := s.PendingSince(); p != 0 && !s.Down() && now-p > int64(wait) {
+	if p := s.PendingSince(); p != 0 && s.Unanswered() >= kvPassiveMin && !s.Down() && now-p > int64(wait) {
 		ks.health.ForceDown()
 		s.SetDown(true)
 		s.ClearPending()

@@ -183,7 +183,16 @@ func TestKVPassiveAndSiteDown(t *testing.T) {
 	binary.BigEndian.PutUint16(b[38:], uint16(8+len(req)))
 	copy(b[42:], req)
 	sec := int64(time.Second)
+	tmpl := append([]byte(nil), b...)
 	if _, outs := w.Egress(tb, b, sec); len(outs) != 1 {
+		t.Fatal("request not routed")
+	}
+	a.kvWatch(ks, routes, sec+int64(60*time.Millisecond), false)
+	if !s.Usable() {
+		t.Fatal("down after one lost request")
+	}
+	copy(b, tmpl)
+	if _, outs := w.Egress(tb, b, sec+int64(10*time.Millisecond)); len(outs) != 1 {
 		t.Fatal("request not routed")
 	}
 	a.kvWatch(ks, routes, sec+int64(40*time.Millisecond), false)

@@ -106,8 +106,9 @@ type Server struct {
 	siteDown atomic.Bool   // set by the agent when the overlay loses the site
 	needARP  atomic.Bool   // a request found no MAC: the agent should ask
 
-	lastReply    atomic.Int64 // when a reply from it was last seen (ns)
-	pendingSince atomic.Int64 // first request sent since the last reply, 0 if none
+	lastReply    atomic.Int64  // when a reply from it was last seen (ns)
+	pendingSince atomic.Int64  // first request sent since the last reply, 0 if none
+	unanswered   atomic.Uint32 // requests sent since the last reply
 	Requests     atomic.Uint64
 	Replies      atomic.Uint64
 }
@@ -275,7 +276,10 @@ func (s *Server) LastReply() int64 { return s.lastReply.Load() }
 func (s *Server) PendingSince() int64 { return s.pendingSince.Load() }
 
 // ClearPending forgets an unanswered request, when a server is readmitted.
-func (s *Server) ClearPending() { s.pendingSince.Store(0) }
+func (s *Server) ClearPending() {
+	s.pendingSince.Store(0)
+	s.unanswered.Store(0)
+}
 
 // IP returns the server's address as 4 bytes.
 func (s *Server) IP() [4]byte { return s.ip }
@@ -288,13 +292,22 @@ func (s *Server) sent(now int64) {
 	if s.pendingSince.Load() == 0 {
 		s.pendingSince.CompareAndSwap(0, now)
 	}
+	s.unanswered.Add(1)
 }
+
+// Unanswered returns the number of requests sent to the server since its
+// last reply (for passive detection, which waits for more than one, so
+// that a single lost datagram takes no server out).
+func (s *Server) Unanswered() uint32 { return s.unanswered.Load() }
 
 // replied records a reply from the server.
 func (s *Server) replied(now int64) {
 	s.lastReply.Store(now)
 	if s.pendingSince.Load() != 0 {
 		s.pendingSince.Store(0)
+	}
+	if s.unanswered.Load() != 0 {
+		s.unanswered.Store(0)
 	}
 	s.Replies.Add(1)
 }
