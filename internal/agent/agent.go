@@ -280,6 +280,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	engineDone := make(chan error, 1)
 	go func() { engineDone <- a.engine.Run() }()
+	go a.runKV(ctx) // kv.go: the key router's pools and health checks
 	if a.hs != nil {
 		go a.hs.run(ctx)
 	}

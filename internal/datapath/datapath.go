@@ -20,6 +20,7 @@ import (
 	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/edge"
 	"github.com/detour-overlay/detour/internal/fdb"
+	"github.com/detour-overlay/detour/internal/kv/router"
 	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
@@ -48,6 +49,10 @@ type Port struct {
 	Network uint32
 	Dev     device.Device
 	FDB     *fdb.Table
+	// KV is the network's key router (package router), nil when the
+	// network has no key-value pool: the forwarding path then costs one
+	// nil check.
+	KV atomic.Pointer[router.Table]
 }
 
 // Config configures an Engine.
@@ -157,6 +162,9 @@ func (e *Engine) ResetSource(site wire.SiteID) {
 	e.resetGen.Add(1)
 	e.resetMu.Unlock()
 }
+
+// Routes returns the routing snapshot in force.
+func (e *Engine) Routes() Routes { return e.routes.Load().r }
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() *Stats { return &e.stats }

@@ -4,8 +4,10 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/edge"
 	"github.com/detour-overlay/detour/internal/fdb"
+	"github.com/detour-overlay/detour/internal/kv/router"
 	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
@@ -30,6 +32,8 @@ type egress struct {
 
 	icmp     [1500]byte // an ICMP "packet too big" being sent back
 	lastICMP int64
+
+	kvw *router.Worker // the key router's state, made at the first frame for a pool
 }
 
 // batchFrames is how many frames one device wake-up reads at most: enough
@@ -103,6 +107,9 @@ func (g *egress) forward(i, n int) {
 	frame := g.frames[i][:n]
 	if n < 14 {
 		e.stats.DropMalformed.Add(1)
+		return
+	}
+	if t := g.port.KV.Load(); t != nil && g.keyRoute(t, i, n) {
 		return
 	}
 	if mss := e.mss.Load(); mss != 0 && edge.ClampMSS(frame, uint16(mss>>16), uint16(mss)) {
@@ -341,5 +348,63 @@ func (e *Engine) send(msgs []transport.Message) {
 	e.stats.PacketsSent.Add(uint64(sent))
 	if err != nil {
 		e.stats.DropSend.Add(uint64(len(msgs) - sent))
+	}
+}
+
+// keyRoute hands frame i of the batch, of length n, to the network's key
+// router and carries out its decision; it reports whether the router took
+// the frame (forwarded, answered, or dropped and counted there).
+func (g *egress) keyRoute(t *router.Table, i, n int) bool {
+	if g.kvw == nil {
+		g.kvw = router.NewWorker()
+	}
+	handled, outs := g.kvw.Egress(t, g.frames[i][:n], g.now)
+	if !handled {
+		return false
+	}
+	g.e.stats.KVFrames.Add(1)
+	for _, o := range outs {
+		switch {
+		case o.Local:
+			g.writeLocal(o.Frame)
+		case o.InPlace:
+			g.unicast(o.Site, i, len(o.Frame))
+		default:
+			g.sendCopy(o.Site, o.Frame)
+		}
+	}
+	return true
+}
+
+// writeLocal writes a frame the key router sends back to the network's
+// own bridge (an ARP or error reply, a request to a local server, a local
+// server's reply) and flushes a coalescing device at once.
+func (g *egress) writeLocal(frame []byte) {
+	if _, err := g.port.Dev.Write(frame); err != nil {
+		g.e.stats.DropDevice.Add(1)
+		return
+	}
+	if f, ok := g.port.Dev.(device.Flusher); ok {
+		if err := f.Flush(); err != nil {
+			g.e.stats.DropDevice.Add(1)
+			return
+		}
+	}
+	g.e.stats.KVLocal.Add(1)
+}
+
+// sendCopy queues a copy of a frame the key router built (a part of a
+// split request) for site.
+func (g *egress) sendCopy(site wire.SiteID, frame []byte) {
+	r := g.e.routes.Load().r
+	rt, ok := g.header(r, site)
+	if !ok {
+		g.e.stats.DropNoRoute.Add(1)
+		return
+	}
+	b := g.floodBuf()
+	copy(b[g.frameOffset():], frame)
+	if m, ok := g.seal(b, len(frame), rt); ok {
+		g.emit(site, rt, m)
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/fdb"
+	"github.com/detour-overlay/detour/internal/kv/router"
 	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
 )
@@ -17,6 +18,7 @@ type ingress struct {
 	hdr     wire.DataHeader
 	windows map[flowKey]*seqWindow
 	resets  uint64 // the engine's reset generation last applied
+	kv      router.Inbound
 }
 
 func newIngress(e *Engine) *ingress {
@@ -129,7 +131,12 @@ func (in *ingress) deliver(pkt []byte, off int) {
 	if !in.sequence() {
 		return
 	}
-	p.FDB.Learn(src, h.Source, e.now())
+	now := e.now()
+	p.FDB.Learn(src, h.Source, now)
+	if t := p.KV.Load(); t != nil && !in.kv.Deliver(t, frame, now) {
+		e.stats.KVDropped.Add(1)
+		return
+	}
 	if _, err := p.Dev.Write(frame); err != nil {
 		e.stats.DropDevice.Add(1)
 		return

@@ -24,6 +24,9 @@ type Stats struct {
 	Held            atomic.Uint64 // packets held back during such switches
 	HoldsLate       atomic.Uint64 // holds released more than 1 ms after their deadline
 	IngressLate     atomic.Uint64 // underlay batches done more than 1 ms after the kernel received them
+	KVFrames        atomic.Uint64 // frames from local hosts taken by the key router (per-pool counters are in the router's table)
+	KVLocal         atomic.Uint64 // frames the key router wrote back to the local bridge
+	KVDropped       atomic.Uint64 // frames from the overlay the key router refused to deliver
 
 	DropMalformed      atomic.Uint64 // unparsable datagrams or frames
 	DropMisdirected    atomic.Uint64 // data packets whose current receiver is not this site
@@ -59,6 +62,9 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"held":                 s.Held.Load(),
 		"holds_late":           s.HoldsLate.Load(),
 		"ingress_late":         s.IngressLate.Load(),
+		"kv_frames":            s.KVFrames.Load(),
+		"kv_local":             s.KVLocal.Load(),
+		"kv_dropped":           s.KVDropped.Load(),
 		"drop_malformed":       s.DropMalformed.Load(),
 		"drop_misdirected":     s.DropMisdirected.Load(),
 		"drop_no_route":        s.DropNoRoute.Load(),

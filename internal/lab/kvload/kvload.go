@@ -40,6 +40,11 @@ const (
 type Config struct {
 	// Target is the host:port requests go to.
 	Target string `json:"target"`
+	// Servers, for binary-udp, replaces Target by a pool the generator
+	// hashes keys over itself (client-side weighted ketama with equal
+	// weights, as libmemcached does): each request goes straight to its
+	// key's server.
+	Servers []string `json:"servers,omitempty"`
 	// Protocol is binary-udp, ascii-tcp or meta-tcp.
 	Protocol Protocol `json:"protocol"`
 	// Outstanding is the number of requests kept in flight in all
@@ -116,8 +121,14 @@ const interval = 100 * time.Millisecond
 
 // withDefaults checks c and fills its defaults.
 func withDefaults(c Config) (Config, error) {
+	if len(c.Servers) > 0 && c.Protocol == BinaryUDP && c.Target == "" {
+		c.Target = c.Servers[0]
+	}
 	if c.Target == "" {
 		return c, errors.New("kvload: no target")
+	}
+	if len(c.Servers) > 0 && c.Protocol != BinaryUDP {
+		return c, errors.New("kvload: client-side hashing over servers is offered for binary-udp only")
 	}
 	if _, _, err := net.SplitHostPort(c.Target); err != nil {
 		return c, fmt.Errorf("kvload: target %q: %v", c.Target, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,5 +84,42 @@ func TestUnreachableFails(t *testing.T) {
 		Protocol: ASCIITCP, Duration: 100 * time.Millisecond})
 	if err == nil {
 		t.Fatal("no error")
+	}
+}
+
+// TestClientSideKetama runs binary-udp over two servers hashed by the
+// generator: with a prefill every get hits, which it could not if a get
+// went to another server than its key's set, and both servers hold keys.
+func TestClientSideKetama(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	var servers []string
+	for i := 0; i < 2; i++ {
+		port := kvtest.FreePort(t, "127.0.0.1")
+		kvtest.Memcached(t, "127.0.0.1", port, true)
+		servers = append(servers, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	}
+	res, err := Run(context.Background(), Config{Servers: servers, Protocol: BinaryUDP, Outstanding: 4,
+		GetRatio: 0.9, Keys: 200, Duration: 300 * time.Millisecond, Prefill: true, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Requests < 100 || res.Misses != 0 || res.Errors != 0 || res.Timeouts != 0 {
+		t.Fatalf("%d requests, %d misses, %d errors, %d timeouts", res.Requests, res.Misses, res.Errors, res.Timeouts)
+	}
+	for _, s := range servers {
+		c, err := net.Dial("tcp", s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("stats\r\n"))
+		buf := make([]byte, 8192)
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		n, _ := c.Read(buf)
+		c.Close()
+		if strings.Contains(string(buf[:n]), "STAT curr_items 0\r\n") || !strings.Contains(string(buf[:n]), "STAT curr_items ") {
+			t.Fatalf("%s holds no keys", s)
+		}
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/kv/memcache"
+	"github.com/detour-overlay/detour/internal/kv/ring"
 )
 
 // slot is one of a UDP socket's outstanding requests.
@@ -29,8 +31,7 @@ const udpPoll = 10 * time.Millisecond
 // deadline. A request unanswered after cfg.Timeout counts as lost and its
 // slot sends a new one; replies to lost requests are ignored.
 func runUDP(ctx context.Context, cfg Config, wl *workload, s *stats, depth int, begin, deadline time.Time) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "udp", cfg.Target)
+	conn, write, err := udpTarget(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("kvload: %w", err)
 	}
@@ -51,8 +52,7 @@ func runUDP(ctx context.Context, cfg Config, wl *workload, s *stats, depth int, 
 		id := nextID
 		wbuf = appendBinaryRequest(wbuf[:0], id, key, isGet, wl.value)
 		slots[i] = slot{id: id, start: time.Now(), isGet: isGet, active: true}
-		_, err := conn.Write(wbuf)
-		return err
+		return write(wbuf, key)
 	}
 	for i := range slots {
 		if err := send(i); err != nil {
@@ -118,6 +118,39 @@ func runUDP(ctx context.Context, cfg Config, wl *workload, s *stats, depth int, 
 			}
 		}
 	}
+}
+
+// udpTarget opens the socket of a UDP worker: connected to cfg.Target,
+// or, with cfg.Servers, unconnected, with a write function that sends
+// each request to its key's server on a ketama ring of the servers.
+func udpTarget(ctx context.Context, cfg Config) (net.Conn, func(b, key []byte) error, error) {
+	if len(cfg.Servers) == 0 {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "udp", cfg.Target)
+		if err != nil {
+			return nil, nil, err
+		}
+		return conn, func(b, _ []byte) error { _, err := conn.Write(b); return err }, nil
+	}
+	var addrs []*net.UDPAddr
+	var rs []ring.Server
+	for _, s := range cfg.Servers {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return nil, nil, fmt.Errorf("server %q: %v", s, err)
+		}
+		addrs = append(addrs, net.UDPAddrFromAddrPort(ap))
+		rs = append(rs, ring.Server{Host: ap.Addr().String(), Port: ap.Port(), Weight: 1})
+	}
+	rg, err := ring.New(ring.Ketama, rs)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := net.ListenUDP("udp4", nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, func(b, key []byte) error { _, err := conn.WriteToUDP(b, addrs[rg.Owner(key)]); return err }, nil
 }
 
 // matchReply returns the slot a datagram answers: a first datagram of a

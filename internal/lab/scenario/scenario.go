@@ -81,15 +81,17 @@ func fieldErr(kind error, field, format string, args ...any) *FieldError {
 
 // Scenario is a whole emulated WAN.
 type Scenario struct {
-	Name        string   `yaml:"name"`
-	Description string   `yaml:"description,omitempty"`
-	UnderlayMTU int      `yaml:"underlay_mtu,omitempty"`
-	Seed        uint64   `yaml:"seed,omitempty"`
-	Sites       []Site   `yaml:"sites"`
-	Links       Links    `yaml:"links"`
-	Traffic     []Flow   `yaml:"traffic,omitempty"`
-	Timeline    []Event  `yaml:"timeline,omitempty"`
-	lines       lineInfo `yaml:"-"`
+	Name        string  `yaml:"name"`
+	Description string  `yaml:"description,omitempty"`
+	UnderlayMTU int     `yaml:"underlay_mtu,omitempty"`
+	Seed        uint64  `yaml:"seed,omitempty"`
+	Sites       []Site  `yaml:"sites"`
+	Links       Links   `yaml:"links"`
+	Traffic     []Flow  `yaml:"traffic,omitempty"`
+	Timeline    []Event `yaml:"timeline,omitempty"`
+	// KVPools are memcached pools the testbed runs (see KVPool).
+	KVPools []KVPool `yaml:"kv_pools,omitempty"`
+	lines   lineInfo `yaml:"-"`
 }
 
 // Site is one data centre: a gateway and its hosts.
@@ -248,6 +250,7 @@ func (s *Scenario) ApplyDefaults() {
 			s.Sites[i].Hosts = 1
 		}
 	}
+	s.applyKVDefaults()
 }
 
 // Validate checks the whole scenario and returns the first problem as a
@@ -278,6 +281,9 @@ func (s *Scenario) validate() error {
 		return err
 	}
 	if err := s.validateTraffic(); err != nil {
+		return err
+	}
+	if err := s.validateKV(); err != nil {
 		return err
 	}
 	return s.validateTimeline()

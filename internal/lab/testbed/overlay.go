@@ -316,6 +316,9 @@ func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.Priv
 	if privs != nil {
 		a.PrivateKey = privs[i].String()
 	}
+	if pools, subnet := agentKVPools(st); pools != nil {
+		a.Networks[0].Subnet, a.KVPools = subnet, pools
+	}
 	for j, peer := range st.Sites {
 		if j == i {
 			continue

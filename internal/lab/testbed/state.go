@@ -48,6 +48,8 @@ type State struct {
 	Ready bool `json:"ready"`
 	// Migrations counts host migrations, to name their new ports.
 	Migrations int `json:"migrations,omitempty"`
+	// KVPools are the scenario's memcached pools (kv.go).
+	KVPools []KVPoolState `json:"kv_pools,omitempty"`
 }
 
 // SiteState names one site's namespaces and addresses.

@@ -168,6 +168,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		{"namespaces", func() error { return createSites(st) }},
 		{"underlay " + o.Underlay, func() error { return startUnderlay(ctx, st, o) }},
 		{"overlay " + o.Overlay, func() error { return startOverlay(ctx, st, sc, o) }},
+		{"memcached", func() error { return startMemcached(ctx, st, o.StateDir) }},
 	}
 	for _, s := range steps {
 		if ctx.Err() != nil {
@@ -228,6 +229,7 @@ func newState(sc *scenario.Scenario, o Options) *State {
 		}
 		st.Sites = append(st.Sites, ss)
 	}
+	st.KVPools = kvPools(sc, o.Prefix)
 	return st
 }
 

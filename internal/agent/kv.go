@@ -1,0 +1,321 @@
+package agent
+
+import (
+	"context"
+	"encoding/binary"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/detour-overlay/detour/internal/config"
+	"github.com/detour-overlay/detour/internal/datapath"
+	"github.com/detour-overlay/detour/internal/device"
+	"github.com/detour-overlay/detour/internal/frame"
+	"github.com/detour-overlay/detour/internal/kv/memcache"
+	"github.com/detour-overlay/detour/internal/kv/ring"
+	"github.com/detour-overlay/detour/internal/kv/router"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// The key router's agent side (issue 17): it builds each network's
+// router table from the kv_pools of this site's configuration, learns
+// the MACs of this site's servers, checks their health and watches the
+// others passively. Pools are read from every gateway's own
+// configuration; nothing distributes them over the control plane yet.
+
+// Timing of the key router's checks.
+const (
+	// kvTick is how often passive detection and site health are looked at.
+	kvTick = 25 * time.Millisecond
+	// kvProbeEvery is how often a local server gets a health check (in
+	// ticks: 100 ms).
+	kvProbeEvery = 4
+	// kvARPRefresh is how often a known server MAC is asked for again.
+	kvARPRefresh = 10 * time.Second
+	// kvMinPassive is the shortest wait for a reply before a remote
+	// server counts as dead (the wait is max(3 × path RTT, this)).
+	kvMinPassive = 50 * time.Millisecond
+	// kvPassiveMin is how many requests must go unanswered: one lost
+	// datagram takes no server out.
+	kvPassiveMin = 2
+	// kvRetryMin and kvRetryMax bound the wait before a remote server
+	// that passive detection took out is tried again; the wait doubles
+	// each time it fails again within kvStable.
+	kvRetryMin = time.Second
+	kvRetryMax = 30 * time.Second
+	kvStable   = 10 * time.Second
+)
+
+// kvServer is the agent's view of one server's health.
+type kvServer struct {
+	s         *router.Server
+	port      *datapath.Port
+	pool      *router.Pool
+	health    router.Health
+	probeAt   int64 // when the last health check left (ns)
+	arpAt     int64 // when the last ARP request left
+	downAt    int64 // when passive detection took it out
+	upAt      int64 // when it was last readmitted
+	retry     time.Duration
+	probe     [128]byte
+	passiveDn bool
+	siteDown  bool
+}
+
+// kvTables builds the router table of every network that has pools and
+// installs it on the network's port. It returns the servers to watch.
+func (a *Agent) kvTables() []*kvServer {
+	self := wire.SiteIDFromName(a.cfg.Site)
+	var out []*kvServer
+	for _, n := range a.cfg.Networks {
+		spec := router.Spec{Self: self}
+		if p, err := netip.ParsePrefix(n.Subnet); err == nil {
+			spec.Subnet = p
+		}
+		for _, pc := range a.cfg.KVPools {
+			if pc.Network == n.Name {
+				spec.Pools = append(spec.Pools, kvPoolSpec(pc))
+			}
+		}
+		if len(spec.Pools) == 0 {
+			continue
+		}
+		port := a.engine.Port(n.ID)
+		if port == nil {
+			continue
+		}
+		t, err := router.New(spec)
+		if err != nil {
+			a.log.Error("kv pools not routed", "network", n.Name, "err", err)
+			continue
+		}
+		port.KV.Store(t)
+		for _, p := range t.Pools() {
+			a.log.Info("kv pool routed", "pool", p.Name, "network", n.Name, "address", p.VIP, "servers", len(p.Servers))
+			for _, s := range p.Servers {
+				out = append(out, &kvServer{s: s, port: port, pool: p, retry: kvRetryMin})
+			}
+		}
+	}
+	return out
+}
+
+// kvPoolSpec translates a validated pool of the configuration.
+func kvPoolSpec(pc config.KVPool) router.PoolSpec {
+	h, _ := ring.ParseHash(pc.Hash)
+	ps := router.PoolSpec{Name: pc.Name, VIP: pc.VirtualAddr(), Hash: h}
+	for _, s := range pc.Servers {
+		ap, _ := netip.ParseAddrPort(s.Address)
+		ps.Servers = append(ps.Servers, router.ServerSpec{Addr: ap, Weight: uint32(s.Weight), Site: wire.SiteIDFromName(s.Site), SiteName: s.Site})
+	}
+	return ps
+}
+
+// runKV routes the configured pools and watches their servers until ctx
+// is done.
+func (a *Agent) runKV(ctx context.Context) {
+	servers := a.kvTables()
+	if len(servers) == 0 {
+		return
+	}
+	if a.registry != nil {
+		a.registry.MustRegister(kvCollector{servers})
+	}
+	tick := time.NewTicker(kvTick)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := a.clock.Mono()
+		routes := a.engine.Routes()
+		for _, ks := range servers {
+			a.kvWatch(ks, routes, now, n%kvProbeEvery == 0)
+		}
+	}
+}
+
+// kvWatch updates one server's health: the overlay's view of its site,
+// passive detection, and for a server of this site its ARP and health
+// checks.
+func (a *Agent) kvWatch(ks *kvServer, routes datapath.Routes, now int64, probe bool) {
+	s := ks.s
+	if !s.Local {
+		_, ok := routes.Lookup(s.Site)
+		if !ok != ks.siteDown {
+			ks.siteDown = !ok
+			s.SetSiteDown(!ok)
+			a.log.Info("kv server's site", "pool", ks.pool.Name, "server", s.Addr, "site", s.SiteName, "reachable", ok)
+		}
+	}
+	a.kvPassive(ks, routes, now)
+	if need := s.TakeNeedARP(); s.Local && (probe || need) {
+		a.kvProbe(ks, now, probe, need)
+	}
+}
+
+// kvPassive takes a server out when requests to it (at least two) went
+// unanswered for max(3 × path RTT, 50 ms), and tries a remote one again
+// later.
+func (a *Agent) kvPassive(ks *kvServer, routes datapath.Routes, now int64) {
+	s := ks.s
+	wait := kvMinPassive
+	if rt, ok := routes.Lookup(s.Site); ok && 6*rt.OneWayEstimate > wait {
+		wait = 6 * rt.OneWayEstimate
+	}
+	if p := s.PendingSince(); p != 0 && s.Unanswered() >= kvPassiveMin && !s.Down() && now-p > int64(wait) {
+		ks.health.ForceDown()
+		s.SetDown(true)
+		s.ClearPending()
+		if ks.upAt != 0 && now-ks.upAt < int64(kvStable) {
+			ks.retry = min(2*ks.retry, kvRetryMax)
+		} else {
+			ks.retry = kvRetryMin
+		}
+		ks.downAt, ks.passiveDn = now, true
+		a.log.Warn("kv server out: no reply", "pool", ks.pool.Name, "server", s.Addr, "waited", time.Duration(now-p))
+		return
+	}
+	if !s.Local && ks.passiveDn && s.Down() && now-ks.downAt > int64(ks.retry) {
+		// A remote server is not checked from here: it is tried with
+		// real requests again, and taken out again if they go
+		// unanswered, at growing intervals.
+		s.ClearPending()
+		s.SetDown(false)
+		ks.health = router.Health{}
+		ks.upAt, ks.passiveDn = now, false
+		a.log.Info("kv server tried again", "pool", ks.pool.Name, "server", s.Addr)
+	}
+}
+
+// kvProbe sends a local server an ARP request (when its MAC is unknown,
+// asked for, or due a refresh) and, on a probe tick, a binary noop from
+// the virtual address, judging the previous one.
+func (a *Agent) kvProbe(ks *kvServer, now int64, probe, need bool) {
+	s := ks.s
+	mac, known := s.MAC()
+	if (!known || need || now-ks.arpAt > int64(kvARPRefresh)) && now-ks.arpAt > int64(10*time.Millisecond) {
+		ks.arpAt = now
+		a.kvWrite(ks.port, kvARP(ks.probe[:], ks.pool, s))
+	}
+	if !probe {
+		return
+	}
+	if ks.probeAt != 0 {
+		ok := s.LastReply() >= ks.probeAt
+		if ks.health.Observe(ok) {
+			s.SetDown(ks.health.Down())
+			s.ClearPending()
+			ks.passiveDn = false
+			a.log.Info("kv server health", "pool", ks.pool.Name, "server", s.Addr, "down", ks.health.Down())
+		}
+	}
+	ks.probeAt = now
+	if known {
+		a.kvWrite(ks.port, kvNoop(ks.probe[:], ks.pool, s, mac))
+	}
+}
+
+// kvWrite writes a frame to a network's bridge.
+func (a *Agent) kvWrite(p *datapath.Port, b []byte) {
+	if _, err := p.Dev.Write(b); err != nil {
+		return
+	}
+	if f, ok := p.Dev.(device.Flusher); ok {
+		_ = f.Flush()
+	}
+}
+
+// kvARP builds in b an ARP request from the pool's virtual address for
+// the server's.
+func kvARP(b []byte, p *router.Pool, s *router.Server) []byte {
+	vmac, vip, sip := p.MAC(), p.VIP.Addr().As4(), s.IP()
+	bcast := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	l := frame.PutEthernet(b, bcast, vmac[:], false, 0, frame.EtherTypeARP)
+	frame.PutARP(b[l:], frame.ARPRequest, vmac[:], vip[:], make([]byte, 6), sip[:])
+	return b[:l+frame.ARPLen]
+}
+
+// kvNoop builds in b a memcached UDP datagram holding a binary noop, from
+// the virtual address's health port to the server:
+//
+//	Ethernet | IPv4 | UDP (VIP:39999 → server) | frame header | 24-byte noop
+func kvNoop(b []byte, p *router.Pool, s *router.Server, mac [6]byte) []byte {
+	vmac, vip, sip := p.MAC(), p.VIP.Addr().As4(), s.IP()
+	const udpLen = frame.UDPHeaderLen + memcache.FrameHeaderLen + memcache.HeaderLen
+	l := frame.PutEthernet(b, mac[:], vmac[:], false, 0, frame.EtherTypeIPv4)
+	frame.PutIPv4(b[l:], 0, frame.IPv4HeaderLen+udpLen, 0, frame.IPv4FlagDF, 64, frame.ProtoUDP, vip[:], sip[:])
+	u := frame.UDP(b[l+frame.IPv4HeaderLen : l+frame.IPv4HeaderLen+udpLen])
+	clear(u)
+	binary.BigEndian.PutUint16(u[0:], router.HealthPort)
+	binary.BigEndian.PutUint16(u[2:], s.Port())
+	u.SetLen(udpLen)
+	memcache.FrameHeader{RequestID: 1, Total: 1}.Put(u[frame.UDPHeaderLen:])
+	req := u[frame.UDPHeaderLen+memcache.FrameHeaderLen:]
+	req[0], req[1] = memcache.MagicRequest, memcache.OpNoop
+	u.SetChecksum(frame.UDPChecksum(frame.Checksum(u, frame.PseudoSum(vip[:], sip[:], frame.ProtoUDP, udpLen))))
+	return b[:l+frame.IPv4HeaderLen+udpLen]
+}
+
+// kvCollector exports the pools' counters per pool and server.
+type kvCollector struct{ servers []*kvServer }
+
+var (
+	kvRequestsDesc = prometheus.NewDesc("detour_kv_requests_total", "Requests routed to a pool's server by this gateway.", []string{"pool", "server"}, nil)
+	kvRepliesDesc  = prometheus.NewDesc("detour_kv_replies_total", "Replies of a pool's server seen by this gateway.", []string{"pool", "server"}, nil)
+	kvUpDesc       = prometheus.NewDesc("detour_kv_server_up", "1 while requests may go to the server (its health and its site's).", []string{"pool", "server"}, nil)
+	kvPoolDesc     = prometheus.NewDesc("detour_kv_pool_total", "A pool's counters by name (errors answered, drops by reason, splits, failovers).", []string{"pool", "counter"}, nil)
+)
+
+func (c kvCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- kvRequestsDesc
+	ch <- kvRepliesDesc
+	ch <- kvUpDesc
+	ch <- kvPoolDesc
+}
+
+func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
+	seen := map[*router.Pool]bool{}
+	for _, ks := range c.servers {
+		p, s := ks.pool, ks.s
+		name := s.Addr.String()
+		ch <- prometheus.MustNewConstMetric(kvRequestsDesc, prometheus.CounterValue, float64(s.Requests.Load()), p.Name, name)
+		ch <- prometheus.MustNewConstMetric(kvRepliesDesc, prometheus.CounterValue, float64(s.Replies.Load()), p.Name, name)
+		up := 0.0
+		if s.Usable() {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(kvUpDesc, prometheus.GaugeValue, up, p.Name, name)
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		for counter, v := range kvPoolCounters(p) {
+			ch <- prometheus.MustNewConstMetric(kvPoolDesc, prometheus.CounterValue, float64(v), p.Name, counter)
+		}
+	}
+}
+
+// kvPoolCounters returns a pool's counters by name.
+func kvPoolCounters(p *router.Pool) map[string]uint64 {
+	st := &p.Stats
+	return map[string]uint64{
+		"requests":          st.Requests.Load(),
+		"replies":           st.Replies.Load(),
+		"errors":            st.Errors.Load(),
+		"split":             st.Split.Load(),
+		"arp_replies":       st.ARPReplies.Load(),
+		"failed_over":       st.FailedOver.Load(),
+		"health_replies":    st.HealthReplies.Load(),
+		"dropped_foreign":   st.DropForeign.Load(),
+		"dropped_rate":      st.DropRate.Load(),
+		"dropped_malformed": st.DropMalformed.Load(),
+		"dropped_no_server": st.DropNoServer.Load(),
+		"dropped_no_mac":    st.DropNoMAC.Load(),
+		"dropped_flows":     st.DropFlows.Load(),
+		"dropped_other":     st.DropOther.Load(),
+	}
+}

@@ -1,0 +1,220 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/binary"
+	"log/slog"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/datapath"
+	"github.com/detour-overlay/detour/internal/device"
+	"github.com/detour-overlay/detour/internal/fdb"
+	"github.com/detour-overlay/detour/internal/frame"
+	"github.com/detour-overlay/detour/internal/kv/memcache"
+	"github.com/detour-overlay/detour/internal/kv/router"
+	"github.com/detour-overlay/detour/internal/routing"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// kvRoutes is a routing snapshot in which the sites of up are reachable.
+type kvRoutes struct{ up map[wire.SiteID]bool }
+
+func (r kvRoutes) Lookup(dst wire.SiteID) (*routing.Route, bool) {
+	if !r.up[dst] {
+		return nil, false
+	}
+	return &routing.Route{Dest: dst, Path: []wire.SiteID{dst}, OneWayEstimate: 5 * time.Millisecond}, true
+}
+func (kvRoutes) Addr(wire.SiteID) (netip.AddrPort, bool) { return netip.AddrPort{}, false }
+func (kvRoutes) Sites() []wire.SiteID                    { return nil }
+
+func kvTestServers(t *testing.T) (*router.Table, *device.Fake, []*kvServer) {
+	t.Helper()
+	lan, man := wire.SiteIDFromName("lan"), wire.SiteIDFromName("man")
+	tb, err := router.New(router.Spec{Self: lan, Subnet: netip.MustParsePrefix("10.20.0.0/24"), Pools: []router.PoolSpec{{
+		Name: "cache", VIP: netip.MustParseAddrPort("10.20.0.250:11211"), Servers: []router.ServerSpec{
+			{Addr: netip.MustParseAddrPort("10.20.0.11:11211"), Site: lan},
+			{Addr: netip.MustParseAddrPort("10.20.0.12:11211"), Site: man},
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := device.NewFake("tap", 1400, 64)
+	port := &datapath.Port{Network: 1, Dev: dev, FDB: fdb.New(time.Minute)}
+	port.KV.Store(tb)
+	var out []*kvServer
+	p := tb.Pools()[0]
+	for _, s := range p.Servers {
+		out = append(out, &kvServer{s: s, port: port, pool: p, retry: kvRetryMin})
+	}
+	return tb, dev, out
+}
+
+func written(t *testing.T, dev *device.Fake) []byte {
+	t.Helper()
+	select {
+	case b := <-dev.Out():
+		return b
+	case <-time.After(time.Second):
+		t.Fatal("nothing written to the device")
+		return nil
+	}
+}
+
+// TestKVHealthChecks follows a local server through ARP, health checks,
+// its death and its return.
+func TestKVHealthChecks(t *testing.T) {
+	tb, dev, servers := kvTestServers(t)
+	a := &Agent{log: slog.New(slog.DiscardHandler)}
+	ks := servers[0]
+	s := ks.s
+	routes := kvRoutes{up: map[wire.SiteID]bool{wire.SiteIDFromName("man"): true}}
+	now := int64(time.Second)
+	a.kvWatch(ks, routes, now, true)
+	arp := written(t, dev)
+	req, err := frame.ParseARP(arp[14:])
+	sip := s.IP()
+	if err != nil || req.Op() != frame.ARPRequest || !bytes.Equal(req.TargetIP(), sip[:]) {
+		t.Fatalf("ARP request % x", arp)
+	}
+	// The server answers; the data path learns its MAC.
+	smac := [6]byte{0x52, 0, 0, 0, 0, 0x11}
+	vmac := router.VirtualMAC(netip.MustParseAddr("10.20.0.250"))
+	reply := make([]byte, 42)
+	frame.PutEthernet(reply, vmac[:], smac[:], false, 0, frame.EtherTypeARP)
+	frame.PutARP(reply[14:], frame.ARPReply, smac[:], sip[:], vmac[:], req.SenderIP())
+	w := router.NewWorker()
+	w.Egress(tb, reply, now)
+	if m, ok := s.MAC(); !ok || m != smac {
+		t.Fatal("MAC not learned from the ARP reply")
+	}
+
+	// answer turns the last noop written into the server's reply.
+	answer := func(now int64) {
+		noop := written(t, dev)
+		var f frame.Frame
+		if err := frame.Parse(noop, &f); err != nil {
+			t.Fatal(err)
+		}
+		u := frame.UDP(noop[f.L4:f.End])
+		ip := f.IPv4(noop)
+		if frame.Checksum(u, frame.PseudoSum(ip.Src(), ip.Dst(), frame.ProtoUDP, len(u))) != 0 ||
+			u.SrcPort() != router.HealthPort || u.Payload()[8+1] != memcache.OpNoop || !bytes.Equal(noop[0:6], smac[:]) {
+			t.Fatalf("bad health check % x", noop)
+		}
+		// The reply swaps addresses and ports.
+		rep := append([]byte(nil), noop...)
+		copy(rep[0:6], vmac[:])
+		copy(rep[6:12], smac[:])
+		var f2 frame.Frame
+		frame.Parse(rep, &f2)
+		s4, d4 := ip.Dst(), ip.Src()
+		frame.PutIPv4(rep[14:], 0, ip.TotalLen(), 0, 0, 64, frame.ProtoUDP, s4, d4)
+		u2 := frame.UDP(rep[f2.L4:f2.End])
+		binary.BigEndian.PutUint16(u2[0:], u.DstPort())
+		binary.BigEndian.PutUint16(u2[2:], router.HealthPort)
+		u2[8+8] = memcache.MagicResponse
+		u2.SetChecksum(0)
+		w.Egress(tb, rep, now)
+	}
+	step := int64(100 * time.Millisecond)
+	for i := 0; i < 5; i++ {
+		now += step
+		a.kvWatch(ks, routes, now, true)
+		answer(now + 1)
+		if !s.Usable() {
+			t.Fatalf("check %d: server down while answering", i)
+		}
+	}
+	// It stops answering: down after two missed checks, not one.
+	for i := 0; i < 2; i++ {
+		now += step
+		a.kvWatch(ks, routes, now, true)
+		written(t, dev)
+		if i == 0 && !s.Usable() {
+			t.Fatal("down after one missed check")
+		}
+	}
+	now += step
+	a.kvWatch(ks, routes, now, true)
+	if s.Usable() {
+		t.Fatal("still up after two missed checks")
+	}
+	// It answers again: readmitted after five good checks.
+	for i := 0; i < router.UpAfter+1; i++ {
+		answer(now + 1)
+		now += step
+		a.kvWatch(ks, routes, now, true)
+		if up := s.Usable(); up != (i >= router.UpAfter-1) {
+			t.Fatalf("after %d good checks: up %v", i+1, up)
+		}
+	}
+}
+
+// TestKVPassiveAndSiteDown: a remote server whose requests go
+// unanswered leaves after max(3 × RTT, 50 ms) and is tried again later; a
+// site the overlay loses takes its servers out at once.
+func TestKVPassiveAndSiteDown(t *testing.T) {
+	tb, _, servers := kvTestServers(t)
+	a := &Agent{log: slog.New(slog.DiscardHandler)}
+	ks := servers[1]
+	s := ks.s
+	man := wire.SiteIDFromName("man")
+	routes := kvRoutes{up: map[wire.SiteID]bool{man: true}}
+
+	// A request for a key of the remote server leaves at t = 1 s.
+	var key string
+	for i := 0; ; i++ {
+		key = string(rune('a'+i%26)) + string(rune('a'+i/26))
+		if tb.Pools()[0].RingOwner([]byte(key)) == 1 {
+			break
+		}
+	}
+	w := router.NewWorker()
+	vmac := router.VirtualMAC(netip.MustParseAddr("10.20.0.250"))
+	req := []byte("\x00\x01\x00\x00\x00\x01\x00\x00get " + key + "\r\n")
+	b := make([]byte, 42+len(req))
+	frame.PutEthernet(b, vmac[:], []byte{0x52, 0, 0, 0, 0, 5}, false, 0, frame.EtherTypeIPv4)
+	frame.PutIPv4(b[14:], 0, 28+len(req), 0, 0, 64, frame.ProtoUDP, []byte{10, 20, 0, 5}, []byte{10, 20, 0, 250})
+	binary.BigEndian.PutUint16(b[34:], 5000)
+	binary.BigEndian.PutUint16(b[36:], 11211)
+	binary.BigEndian.PutUint16(b[38:], uint16(8+len(req)))
+	copy(b[42:], req)
+	sec := int64(time.Second)
+	tmpl := append([]byte(nil), b...)
+	if _, outs := w.Egress(tb, b, sec); len(outs) != 1 {
+		t.Fatal("request not routed")
+	}
+	a.kvWatch(ks, routes, sec+int64(60*time.Millisecond), false)
+	if !s.Usable() {
+		t.Fatal("down after one lost request")
+	}
+	copy(b, tmpl)
+	if _, outs := w.Egress(tb, b, sec+int64(10*time.Millisecond)); len(outs) != 1 {
+		t.Fatal("request not routed")
+	}
+	a.kvWatch(ks, routes, sec+int64(40*time.Millisecond), false)
+	if !s.Usable() {
+		t.Fatal("down before 50 ms")
+	}
+	a.kvWatch(ks, routes, sec+int64(60*time.Millisecond), false)
+	if s.Usable() {
+		t.Fatal("up after 60 ms without a reply")
+	}
+	a.kvWatch(ks, routes, sec+int64(60*time.Millisecond+kvRetryMin)+1, false)
+	if !s.Usable() {
+		t.Fatal("not tried again after the retry interval")
+	}
+	routes.up[man] = false
+	a.kvWatch(ks, routes, 3*sec, false)
+	if s.Usable() {
+		t.Fatal("server of a lost site still used")
+	}
+	routes.up[man] = true
+	a.kvWatch(ks, routes, 3*sec+1, false)
+	if !s.Usable() {
+		t.Fatal("server not back with its site")
+	}
+}

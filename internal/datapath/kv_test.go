@@ -1,0 +1,195 @@
+package datapath
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	fr "github.com/detour-overlay/detour/internal/frame"
+	"github.com/detour-overlay/detour/internal/kv/memcache"
+	"github.com/detour-overlay/detour/internal/kv/ring"
+	"github.com/detour-overlay/detour/internal/kv/router"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+var (
+	kvVIP    = netip.MustParseAddrPort("10.20.0.250:11211")
+	kvClient = netip.MustParseAddrPort("10.20.0.5:50000")
+	kvCMAC   = []byte{0x52, 0, 0, 0, 0, 0x05}
+	kvSMAC   = [6]byte{0x52, 0, 0, 0, 0, 0x12}
+)
+
+// kvTables installs one pool (a server at each of sites 1, 2, 3) on every
+// site's port and returns the tables.
+func kvTables(t *testing.T, sites ...*site) []*router.Table {
+	var out []*router.Table
+	for _, s := range sites {
+		var servers []router.ServerSpec
+		for i, id := range []wire.SiteID{1, 2, 3} {
+			servers = append(servers, router.ServerSpec{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 20, 0, byte(11 + i)}), 11211), Weight: 1, Site: id})
+		}
+		tb, err := router.New(router.Spec{Self: s.id, Subnet: netip.MustParsePrefix("10.20.0.0/24"),
+			Pools: []router.PoolSpec{{Name: "cache", VIP: kvVIP, Hash: ring.Ketama, Servers: servers}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.eng.Port(testNet).KV.Store(tb)
+		out = append(out, tb)
+	}
+	return out
+}
+
+func kvUDP(dstMAC, srcMAC []byte, src, dst netip.AddrPort, payload []byte) []byte {
+	b := make([]byte, 42+len(payload))
+	fr.PutEthernet(b, dstMAC, srcMAC, false, 0, fr.EtherTypeIPv4)
+	s4, d4 := src.Addr().As4(), dst.Addr().As4()
+	fr.PutIPv4(b[14:], 0, 28+len(payload), 1, 0, 64, fr.ProtoUDP, s4[:], d4[:])
+	u := b[34:]
+	binary.BigEndian.PutUint16(u[0:], src.Port())
+	binary.BigEndian.PutUint16(u[2:], dst.Port())
+	binary.BigEndian.PutUint16(u[4:], uint16(8+len(payload)))
+	copy(u[8:], payload)
+	binary.BigEndian.PutUint16(u[6:], fr.UDPChecksum(fr.Checksum(u, fr.PseudoSum(s4[:], d4[:], fr.ProtoUDP, len(u)))))
+	return b
+}
+
+func kvAddrs(t *testing.T, b []byte) (src, dst netip.AddrPort) {
+	t.Helper()
+	var f fr.Frame
+	if err := fr.Parse(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	s, d := f.Addrs(b)
+	u := fr.UDP(b[f.L4:f.End])
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(s)), u.SrcPort()), netip.AddrPortFrom(netip.AddrFrom4([4]byte(d)), u.DstPort())
+}
+
+func nextFrame(t *testing.T, s *site) []byte {
+	t.Helper()
+	select {
+	case got := <-s.dev.Out():
+		return got
+	case <-time.After(2 * time.Second):
+		t.Fatalf("site %d: no frame", s.id)
+		return nil
+	}
+}
+
+// TestKeyRouting sends a request from a host at site 1 to the pool's
+// virtual address: it reaches the owner at site 2 with the server's MAC,
+// and the server's reply reaches the client from the virtual address.
+func TestKeyRouting(t *testing.T) {
+	a, b, c := threeSites(t)
+	tabs := kvTables(t, a, b, c)
+	tabs[1].Pools()[0].Servers[1].SetMAC(kvSMAC)
+
+	// ARP for the VIP is answered at site 1 and flooded nowhere.
+	arp := make([]byte, 42)
+	fr.PutEthernet(arp, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, kvCMAC, false, 0, fr.EtherTypeARP)
+	c4, v4 := kvClient.Addr().As4(), kvVIP.Addr().As4()
+	fr.PutARP(arp[14:], fr.ARPRequest, kvCMAC, c4[:], make([]byte, 6), v4[:])
+	a.dev.Inject(arp)
+	reply := nextFrame(t, a)
+	vmac := router.VirtualMAC(kvVIP.Addr())
+	if rep, err := fr.ParseARP(reply[14:]); err != nil || !bytes.Equal(rep.SenderMAC(), vmac[:]) {
+		t.Fatalf("ARP reply % x", reply)
+	}
+	expectNone(t, b)
+	expectNone(t, c)
+
+	var key string
+	for i := 0; ; i++ {
+		key = fmt.Sprint("k", i)
+		if tabs[0].Pools()[0].RingOwner([]byte(key)) == 1 {
+			break
+		}
+	}
+	req := make([]byte, 8+24+len(key))
+	memcache.FrameHeader{RequestID: 9, Total: 1}.Put(req)
+	req[8], req[9] = memcache.MagicRequest, memcache.OpGet
+	binary.BigEndian.PutUint16(req[10:], uint16(len(key)))
+	binary.BigEndian.PutUint32(req[16:], uint32(len(key)))
+	copy(req[32:], key)
+	a.dev.Inject(kvUDP(vmac[:], kvCMAC, kvClient, kvVIP, req))
+	got := nextFrame(t, b)
+	src, dst := kvAddrs(t, got)
+	if src != kvClient || dst != netip.MustParseAddrPort("10.20.0.12:11211") || !bytes.Equal(got[0:6], kvSMAC[:]) {
+		t.Fatalf("request at the owner: %v -> %v, MAC % x", src, dst, got[0:6])
+	}
+	expectNone(t, c)
+
+	// The server answers the client directly; site 1 restores the VIP.
+	b.dev.Inject(kvUDP(kvCMAC, kvSMAC[:], dst, kvClient, []byte("\x00\x09\x00\x00\x00\x01\x00\x00END\r\n")))
+	got = nextFrame(t, a)
+	if src, dst := kvAddrs(t, got); src != kvVIP || dst != kvClient || !bytes.Equal(got[6:12], vmac[:]) {
+		t.Fatalf("reply at the client: %v -> %v", src, dst)
+	}
+	if p := tabs[0].Pools()[0]; p.Stats.Requests.Load() != 1 || p.Stats.Replies.Load() != 1 {
+		t.Fatalf("counters: %d requests, %d replies", p.Stats.Requests.Load(), p.Stats.Replies.Load())
+	}
+}
+
+// keyRouteEngine is benchEngine (site 1, sites 2 and 3 reachable) with a
+// pool whose servers are at sites 2 and 3, and a binary get of a key of
+// the server at site 3.
+func keyRouteEngine(t testing.TB) (*Engine, *egress, []byte) {
+	e := benchEngine()
+	tb, err := router.New(router.Spec{Self: 1, Subnet: netip.MustParsePrefix("10.20.0.0/24"), Pools: []router.PoolSpec{{
+		Name: "cache", VIP: kvVIP, Servers: []router.ServerSpec{
+			{Addr: netip.MustParseAddrPort("10.20.0.12:11211"), Site: 2},
+			{Addr: netip.MustParseAddrPort("10.20.0.13:11211"), Site: 3},
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Port(testNet).KV.Store(tb)
+	var key string
+	for i := 0; ; i++ {
+		key = fmt.Sprint("user:", i)
+		if tb.Pools()[0].RingOwner([]byte(key)) == 1 {
+			break
+		}
+	}
+	req := make([]byte, 8+24+len(key))
+	memcache.FrameHeader{RequestID: 9, Total: 1}.Put(req)
+	req[8], req[9] = memcache.MagicRequest, memcache.OpGet
+	binary.BigEndian.PutUint16(req[10:], uint16(len(key)))
+	binary.BigEndian.PutUint32(req[16:], uint32(len(key)))
+	copy(req[32:], key)
+	vmac := router.VirtualMAC(kvVIP.Addr())
+	return e, e.newEgress(e.Port(testNet)), kvUDP(vmac[:], kvCMAC, kvClient, kvVIP, req)
+}
+
+// TestKeyRouteNoAllocs: a request routed by key through the whole egress
+// path (router, encapsulation, send) allocates nothing.
+func TestKeyRouteNoAllocs(t *testing.T) {
+	e, g, req := keyRouteEngine(t)
+	allocs := testing.AllocsPerRun(100, func() {
+		copy(g.frames[0], req)
+		g.begin()
+		g.forward(0, len(req))
+		g.flushBatch()
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocs per request", allocs)
+	}
+	if e.Stats().KVFrames.Load() == 0 || e.Stats().PacketsSent.Load() == 0 {
+		t.Fatalf("requests not routed: %v", e.Stats().Snapshot())
+	}
+}
+
+// BenchmarkEgressKeyRoute measures a binary get routed by key and
+// encapsulated for a relayed site.
+func BenchmarkEgressKeyRoute(b *testing.B) {
+	_, g, req := keyRouteEngine(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		copy(g.frames[0], req)
+		g.begin()
+		g.forward(0, len(req))
+		g.flushBatch()
+	}
+}

@@ -1,0 +1,353 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/detour-overlay/detour/internal/kv/ring"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// Spec describes the pools of one virtual network at one site.
+type Spec struct {
+	// Self is this site's ID; servers at Self are local.
+	Self wire.SiteID
+	// Subnet is the network's IPv4 subnet: only its hosts are served.
+	Subnet netip.Prefix
+	// RateLimit is the requests per second one source may send (0 for
+	// DefaultRateLimit).
+	RateLimit int
+	Pools     []PoolSpec
+}
+
+// PoolSpec is one pool.
+type PoolSpec struct {
+	Name    string
+	VIP     netip.AddrPort
+	Hash    ring.Hash
+	Servers []ServerSpec
+}
+
+// ServerSpec is one server of a pool.
+type ServerSpec struct {
+	Addr     netip.AddrPort
+	Weight   uint32
+	Site     wire.SiteID
+	SiteName string
+}
+
+// DefaultRateLimit is the requests per second a source may send when the
+// Spec names no limit.
+const DefaultRateLimit = 200000
+
+// Table holds the pools of one network. It is built once and read by the
+// data path without locks; the agent changes only servers' health and
+// MACs, through atomics.
+type Table struct {
+	self      wire.SiteID
+	subnet    netip.Prefix
+	subnetLo  uint32
+	subnetMsk uint32
+	rate      int
+	pools     []*Pool
+	marks     []atomic.Uint32 // client marks, see the package comment
+}
+
+// Pool is one pool of a Table.
+type Pool struct {
+	Name  string
+	VIP   netip.AddrPort
+	index int
+	vip   [4]byte
+	vip32 uint32
+	port  uint16
+	mac   [6]byte
+	ring  *ring.Ring
+	// Servers are in configuration order, the ring's indexes.
+	Servers []*Server
+	owner   func(key []byte) int // the ring's owner with failover, bound once
+	skip    func(i int) bool
+	Stats   PoolStats
+}
+
+// PoolStats are a pool's counters.
+type PoolStats struct {
+	Requests       atomic.Uint64 // requests routed (split parts count once each)
+	Replies        atomic.Uint64 // replies rewritten back to the virtual address
+	Errors         atomic.Uint64 // malformed requests answered with memcached's error
+	Split          atomic.Uint64 // requests split over several servers
+	ARPReplies     atomic.Uint64 // ARP requests for the virtual address answered
+	DropForeign    atomic.Uint64 // requests from outside the network's subnet
+	DropRate       atomic.Uint64 // requests over the per-source rate limit
+	DropMalformed  atomic.Uint64 // malformed requests memcached ignores (dropped silently)
+	DropNoServer   atomic.Uint64 // requests whose owner and every failover are down
+	DropNoMAC      atomic.Uint64 // requests for a local server whose MAC is not yet known
+	DropFlows      atomic.Uint64 // local requests that found no free flow slot
+	DropOther      atomic.Uint64 // other frames to the virtual address (TCP, unknown ports, stale slots)
+	FailedOver     atomic.Uint64 // requests sent to a failover because the owner was down
+	HealthReplies  atomic.Uint64 // health-check replies seen
+	LearnedServers atomic.Uint64 // server MACs learned
+}
+
+// Server is one server of a pool.
+type Server struct {
+	Addr     netip.AddrPort
+	Site     wire.SiteID
+	SiteName string
+	Local    bool
+	ip       [4]byte
+	ip32     uint32
+	port     uint16
+
+	mac      atomic.Uint64 // 0: unknown
+	down     atomic.Bool   // set by the agent's health checks
+	siteDown atomic.Bool   // set by the agent when the overlay loses the site
+	needARP  atomic.Bool   // a request found no MAC: the agent should ask
+
+	lastReply    atomic.Int64  // when a reply from it was last seen (ns)
+	pendingSince atomic.Int64  // first request sent since the last reply, 0 if none
+	unanswered   atomic.Uint32 // requests sent since the last reply
+	Requests     atomic.Uint64
+	Replies      atomic.Uint64
+}
+
+// Errors of New.
+var (
+	ErrSubnet = errors.New("router: the network needs an IPv4 subnet")
+	ErrVIP    = errors.New("router: a virtual address must be IPv4 in the subnet")
+)
+
+// New builds the table of spec.
+func New(spec Spec) (*Table, error) {
+	if !spec.Subnet.IsValid() || !spec.Subnet.Addr().Is4() {
+		return nil, ErrSubnet
+	}
+	t := &Table{self: spec.Self, subnet: spec.Subnet.Masked(), rate: spec.RateLimit, marks: make([]atomic.Uint32, markSlots)}
+	if t.rate <= 0 {
+		t.rate = DefaultRateLimit
+	}
+	t.subnetLo = be32(t.subnet.Addr().As4())
+	t.subnetMsk = ^uint32(0) << (32 - t.subnet.Bits())
+	for i, ps := range spec.Pools {
+		p, err := newPool(t, ps)
+		if err != nil {
+			return nil, err
+		}
+		p.index = i
+		t.pools = append(t.pools, p)
+	}
+	return t, nil
+}
+
+func newPool(t *Table, ps PoolSpec) (*Pool, error) {
+	if !ps.VIP.Addr().Is4() || !t.subnet.Contains(ps.VIP.Addr()) {
+		return nil, fmt.Errorf("%w: pool %s: %v", ErrVIP, ps.Name, ps.VIP)
+	}
+	p := &Pool{Name: ps.Name, VIP: ps.VIP, vip: ps.VIP.Addr().As4(), port: ps.VIP.Port()}
+	p.vip32 = be32(p.vip)
+	p.mac = VirtualMAC(ps.VIP.Addr())
+	rs := make([]ring.Server, len(ps.Servers))
+	for i, s := range ps.Servers {
+		if !s.Addr.Addr().Is4() {
+			return nil, fmt.Errorf("router: pool %s: server %v is not IPv4", ps.Name, s.Addr)
+		}
+		rs[i] = ring.Server{Host: s.Addr.Addr().String(), Port: s.Addr.Port(), Weight: s.Weight}
+		srv := &Server{Addr: s.Addr, Site: s.Site, SiteName: s.SiteName, Local: s.Site == t.self,
+			ip: s.Addr.Addr().As4(), port: s.Addr.Port()}
+		srv.ip32 = be32(srv.ip)
+		p.Servers = append(p.Servers, srv)
+	}
+	r, err := ring.New(ps.Hash, rs)
+	if err != nil {
+		return nil, fmt.Errorf("router: pool %s: %w", ps.Name, err)
+	}
+	p.ring = r
+	p.skip = func(i int) bool { return !p.Servers[i].Usable() }
+	p.owner = func(key []byte) int {
+		o := p.ring.Owner(key)
+		if p.Servers[o].Usable() {
+			return o
+		}
+		p.Stats.FailedOver.Add(1)
+		return p.ring.Next(key, p.skip)
+	}
+	return p, nil
+}
+
+// VirtualMAC is the MAC address a pool's virtual address answers ARP
+// with: locally administered and unicast, 02:6b followed by the address,
+// so every gateway derives the same one.
+func VirtualMAC(vip netip.Addr) [6]byte {
+	a := vip.As4()
+	return [6]byte{0x02, 0x6b, a[0], a[1], a[2], a[3]}
+}
+
+// Pools returns the table's pools.
+func (t *Table) Pools() []*Pool { return t.pools }
+
+// Self returns the site the table was built for.
+func (t *Table) Self() wire.SiteID { return t.self }
+
+// inSubnet reports whether the IPv4 address a is in the network's subnet.
+func (t *Table) inSubnet(a uint32) bool { return a&t.subnetMsk == t.subnetLo }
+
+// poolByVIP returns the pool whose virtual address is ip and port.
+func (t *Table) poolByVIP(ip uint32, port uint16) *Pool {
+	for _, p := range t.pools {
+		if p.vip32 == ip && p.port == port {
+			return p
+		}
+	}
+	return nil
+}
+
+// anyPoolByIP returns the first pool whose virtual address is ip.
+func (t *Table) anyPoolByIP(ip uint32) *Pool {
+	for _, p := range t.pools {
+		if p.vip32 == ip {
+			return p
+		}
+	}
+	return nil
+}
+
+// MAC returns the pool's virtual MAC.
+func (p *Pool) MAC() [6]byte { return p.mac }
+
+// Owner returns the server a key goes to now: its ring owner, or the
+// failover when the owner is down; -1 when every server is down.
+func (p *Pool) Owner(key []byte) int { return p.owner(key) }
+
+// RingOwner returns the key's owner on the ring, whatever its health.
+func (p *Pool) RingOwner(key []byte) int { return p.ring.Owner(key) }
+
+// server returns the server at ip:port.
+func (p *Pool) server(ip uint32, port uint16) *Server {
+	for _, s := range p.Servers {
+		if s.ip32 == ip && s.port == port {
+			return s
+		}
+	}
+	return nil
+}
+
+// localByIP returns a local server with address ip.
+func (p *Pool) localByIP(ip uint32) *Server {
+	for _, s := range p.Servers {
+		if s.Local && s.ip32 == ip {
+			return s
+		}
+	}
+	return nil
+}
+
+// Usable reports whether requests may go to the server.
+func (s *Server) Usable() bool { return !s.down.Load() && !s.siteDown.Load() }
+
+// SetDown records the result of the agent's health checks.
+func (s *Server) SetDown(down bool) { s.down.Store(down) }
+
+// Down reports the health checks' verdict.
+func (s *Server) Down() bool { return s.down.Load() }
+
+// SetSiteDown records whether the overlay has lost the server's site.
+func (s *Server) SetSiteDown(down bool) { s.siteDown.Store(down) }
+
+// SetMAC records the server's MAC, learned by the agent.
+func (s *Server) SetMAC(mac [6]byte) { s.mac.Store(macTo64(mac)) }
+
+// MAC returns the server's MAC and whether it is known.
+func (s *Server) MAC() ([6]byte, bool) {
+	v := s.mac.Load()
+	return macFrom64(v), v != 0
+}
+
+// TakeNeedARP reports, and clears, whether a request found the server's
+// MAC unknown since the last call.
+func (s *Server) TakeNeedARP() bool { return s.needARP.Swap(false) }
+
+// LastReply returns when a reply from the server was last seen (0: never).
+func (s *Server) LastReply() int64 { return s.lastReply.Load() }
+
+// PendingSince returns when the first request sent since the server's
+// last reply left, or 0 when every request has been answered since.
+func (s *Server) PendingSince() int64 { return s.pendingSince.Load() }
+
+// ClearPending forgets an unanswered request, when a server is readmitted.
+func (s *Server) ClearPending() {
+	s.pendingSince.Store(0)
+	s.unanswered.Store(0)
+}
+
+// IP returns the server's address as 4 bytes.
+func (s *Server) IP() [4]byte { return s.ip }
+
+// Port returns the server's port.
+func (s *Server) Port() uint16 { return s.port }
+
+// sent records a request that expects a reply, for passive detection.
+func (s *Server) sent(now int64) {
+	if s.pendingSince.Load() == 0 {
+		s.pendingSince.CompareAndSwap(0, now)
+	}
+	s.unanswered.Add(1)
+}
+
+// Unanswered returns the number of requests sent to the server since its
+// last reply (for passive detection, which waits for more than one, so
+// that a single lost datagram takes no server out).
+func (s *Server) Unanswered() uint32 { return s.unanswered.Load() }
+
+// replied records a reply from the server.
+func (s *Server) replied(now int64) {
+	s.lastReply.Store(now)
+	if s.pendingSince.Load() != 0 {
+		s.pendingSince.Store(0)
+	}
+	if s.unanswered.Load() != 0 {
+		s.unanswered.Store(0)
+	}
+	s.Replies.Add(1)
+}
+
+func be32(a [4]byte) uint32 {
+	return uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+}
+
+func macTo64(m [6]byte) uint64 {
+	return 1<<63 | uint64(m[0])<<40 | uint64(m[1])<<32 | uint64(m[2])<<24 | uint64(m[3])<<16 | uint64(m[4])<<8 | uint64(m[5])
+}
+
+func macFrom64(v uint64) [6]byte {
+	return [6]byte{byte(v >> 40), byte(v >> 32), byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}
+}
+
+// markSlots is the size of the client-mark table and markTTL how long a
+// mark lets replies be rewritten (seconds).
+const (
+	markSlots = 1 << 16
+	markTTL   = 60
+)
+
+// markIndex hashes a client's address and port.
+func markIndex(ip uint32, port uint16) uint32 {
+	h := (uint64(ip)<<16 | uint64(port)) * 0x9e3779b97f4a7c15
+	return uint32(h>>48) & (markSlots - 1)
+}
+
+// mark records that the client sent a request to a pool now.
+func (t *Table) mark(ip uint32, port uint16, now int64) {
+	sec := uint32(now/1e9) | 1 // never 0
+	m := &t.marks[markIndex(ip, port)]
+	if m.Load() != sec {
+		m.Store(sec)
+	}
+}
+
+// marked reports whether the client sent a request to a pool recently.
+func (t *Table) marked(ip uint32, port uint16, now int64) bool {
+	v := t.marks[markIndex(ip, port)].Load()
+	return v != 0 && uint32(now/1e9)|1-v <= markTTL
+}
