@@ -408,14 +408,22 @@ func (n *Node) settleTime() time.Duration { return n.cfg.Filter.MaxAge + time.Se
 const legacyLossSamples = 20
 
 // lossEstimate returns a reported link's loss with its interval, as every
-// site computes it from the report.
-func (n *Node) lossEstimate(l linkstate.Link) routing.Loss {
+// site computes it from the report, and the lower bound routing charges,
+// at the confidence chargeZ that holds over all the overlay's links.
+func (n *Node) lossEstimate(l linkstate.Link, chargeZ float64) routing.Loss {
 	k := l.LossSamples
 	if k == 0 && l.Loss > 0 {
 		k = legacyLossSamples
 	}
 	e := measure.NewLossEstimate(l.Loss, k, n.cfg.Loss.Z)
-	return routing.Loss{Rate: e.Rate, Low: e.Low, High: e.High, Samples: e.Samples}
+	charge, _ := measure.WilsonInterval(e.Rate, e.Samples, chargeZ)
+	return routing.Loss{Rate: e.Rate, Low: e.Low, High: e.High, Samples: e.Samples, ChargeLow: charge}
+}
+
+// chargeZ is the quantile of the lower bound charged for loss in an
+// overlay of sites live members: measure.ChargeZ over its links.
+func (n *Node) chargeZ(sites int) float64 {
+	return measure.ChargeZ(n.cfg.Loss.ChargeAlpha, sites*(sites-1))
 }
 
 // gossip sends the member list to the next member, round robin.
@@ -457,6 +465,7 @@ func (n *Node) route(now time.Time) {
 		}
 	}
 	mx := routing.NewMatrix(live)
+	z := n.chargeZ(len(live))
 	for _, from := range live {
 		o, ok := n.db.Origin(from)
 		if !ok || (from != n.self && !n.db.Fresh(now, from)) {
@@ -464,7 +473,7 @@ func (n *Node) route(now time.Time) {
 		}
 		for _, l := range o.Links {
 			if l.Up {
-				e := routing.Edge{Delay: l.Delay, RTT: l.RTT, Loss: n.lossEstimate(l)}
+				e := routing.Edge{Delay: l.Delay, RTT: l.RTT, Loss: n.lossEstimate(l, z)}
 				e.Suspect = from == n.self && n.suspect(now, n.members[l.To])
 				e.Settling = !l.Flapping && now.Sub(l.UpSince) < n.settleTime()
 				mx.Set(from, l.To, e)
@@ -526,4 +535,15 @@ func (n *Node) aliveCount() int {
 		}
 	}
 	return c
+}
+
+// liveCount is the number of live sites, this one included.
+func (n *Node) liveCount() int {
+	k := 1
+	for _, m := range n.members {
+		if m.state == StateAlive {
+			k++
+		}
+	}
+	return k
 }

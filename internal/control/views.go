@@ -65,11 +65,12 @@ type LinkView struct {
 // reported outgoing links, sorted by names.
 func (n *Node) Links(now time.Time) []LinkView {
 	var out []LinkView
+	z := n.chargeZ(n.liveCount())
 	for _, id := range n.db.Origins() {
 		o, _ := n.db.Origin(id)
 		for _, l := range o.Links {
 			v := LinkView{From: n.NameOf(l.From), To: n.NameOf(l.To), FromID: l.From, ToID: l.To, Up: l.Up,
-				Delay: l.Delay, OneWayEstimate: l.RTT / 2, RTT: l.RTT, Loss: n.lossEstimate(l), Jitter: l.Jitter,
+				Delay: l.Delay, OneWayEstimate: l.RTT / 2, RTT: l.RTT, Loss: n.lossEstimate(l, z), Jitter: l.Jitter,
 				Age: now.Sub(o.Received)}
 			if m := n.members[l.To]; id == n.self && m != nil {
 				s := m.link.Stats(now)

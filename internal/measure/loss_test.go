@@ -248,3 +248,24 @@ func TestLossWindowEstimateFollowsCountsAndSpan(t *testing.T) {
 		t.Fatalf("a span later: %+v, want no samples", e)
 	}
 }
+
+// The charged bound's quantile grows with the overlay's links, so that the
+// chance of charging any link for loss it does not have stays at alpha.
+func TestChargeZ(t *testing.T) {
+	for _, c := range []struct {
+		links int
+		want  float64
+	}{{1, 1.645}, {2, 1.96}, {380, 3.65}, {2862, 4.14}} {
+		if got := ChargeZ(0.05, c.links); math.Abs(got-c.want) > 0.01 {
+			t.Errorf("ChargeZ(0.05, %d) = %.3f, want %.2f", c.links, got, c.want)
+		}
+	}
+	// 3 losses in 25 probes of a 0.5 % link (a chance of 3e-4 for one
+	// link, likely somewhere among 2,862) are above a 2 % floor at 95 %,
+	// not at the 54-site overlay's quantile.
+	lo95, _ := WilsonInterval(3.0/25, 25, 1.96)
+	lo54, _ := WilsonInterval(3.0/25, 25, ChargeZ(0.05, 2862))
+	if lo95 <= 0.02 || lo54 >= 0.02 {
+		t.Errorf("3 of 25: lower bound %.4f at 95 %%, %.4f overlay-wide; want above and below 2 %%", lo95, lo54)
+	}
+}

@@ -33,6 +33,10 @@ type Loss struct {
 	Low, High float64
 	// Samples is the number of probes the rate is over.
 	Samples int
+	// ChargeLow is the lower bound at the overlay-wide confidence
+	// (measure.ChargeZ): the part of the loss that is significant among
+	// all the overlay's links at once, which is what LossCost charges.
+	ChargeLow float64
 }
 
 // Matrix is the graph routes are computed on: the live members (self
@@ -156,7 +160,8 @@ type Metrics struct {
 // adding it keeps path comparisons offset-free, and it is additive over a
 // path's links (exact to first order in p). What is charged is the part
 // of the loss that is significant: the lower bound of the loss's
-// confidence interval above LossFloor.
+// confidence interval above LossFloor, the interval taken at a confidence
+// that holds for all the overlay's links at once (Loss.ChargeLow).
 type Weights struct {
 	// Recovery is what one lost packet costs a flow.
 	Recovery time.Duration
@@ -176,7 +181,7 @@ func (w Weights) cost(e Edge) time.Duration { return e.Delay + w.LossCost(e.Loss
 
 // LossCost is what a link's loss adds to its cost.
 func (w Weights) LossCost(l Loss) time.Duration {
-	return time.Duration(max(l.Low-w.LossFloor, 0) * float64(w.Recovery))
+	return time.Duration(max(l.ChargeLow-w.LossFloor, 0) * float64(w.Recovery))
 }
 
 // Measure sums a path from src; ok is false if a link is missing or
