@@ -60,7 +60,7 @@ func TestLossCost(t *testing.T) {
 		{Loss{Rate: 0.01, Low: 0.007, High: 0.014, Samples: 5000, ChargeLow: 0.006}, d},      // background loss
 		{Loss{Rate: 0.06, Low: 0.01, High: 0.2, Samples: 50, ChargeLow: 0.005}, d},           // not surely above the floor
 		{Loss{Rate: 0.05, Low: 0.045, High: 0.06, Samples: 2000, ChargeLow: 0.04}, d + 4*ms}, // 2 % above the floor × 200 ms
-		{Loss{Rate: 0.2, Low: 0.18, High: 0.23, Samples: 1000, ChargeLow: 0.17}, d + 30*ms}, // 15 % × 200 ms
+		{Loss{Rate: 0.2, Low: 0.18, High: 0.23, Samples: 1000, ChargeLow: 0.17}, d + 30*ms},  // 15 % × 200 ms
 		// 3 losses in 25 probes: surely above the floor for one link, not
 		// among the thousands of an overlay.
 		{Loss{Rate: 0.12, Low: 0.042, High: 0.3, Samples: 25, ChargeLow: 0.015}, d},
