@@ -3,17 +3,22 @@
 package test
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/api"
+	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/runstate"
 )
 
@@ -204,5 +209,118 @@ func TestStateSurvivesKill9(t *testing.T) {
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// agentConfig is the path of site's agent configuration in the testbed.
+func (o *overlay) agentConfig(site string) string {
+	return filepath.Join(o.dir, "detour", strings.ToLower(site)+".yaml")
+}
+
+var pingLossRE = regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`)
+
+// startPing pings dst from namespace ns n times every interval in the
+// background; the returned function waits and returns sent and received.
+func startPing(t *testing.T, ns, dst string, n int, interval string) func() (int, int) {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", ns, "ping", "-n", "-q", "-c", strconv.Itoa(n), "-i", interval, "-W", "1", dst)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return func() (int, int) {
+		cmd.Wait()
+		m := pingLossRE.FindStringSubmatch(out.String())
+		if m == nil {
+			t.Fatalf("ping %s: %s", dst, out.String())
+		}
+		sent, _ := strconv.Atoi(m[1])
+		got, _ := strconv.Atoi(m[2])
+		return sent, got
+	}
+}
+
+// TestReloadLive: on leon-japan, while Fujisawa's host pings Seoul's every
+// 10 ms through the overlay, Fujisawa's agent is asked to reload a file
+// with an error (refused, naming the field and its line), then a file
+// with a new network (its TAP device comes up), then, by SIGHUP, a file
+// with a rate limit on the new network. The ping loses nothing.
+func TestReloadLive(t *testing.T) {
+	o := withAgents(t, upWith(t, opsPrefix, "leon-japan", "--overlay", "detour"))
+	file := o.agentConfig("Fujisawa")
+	orig, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.waitPath("Fujisawa", "Seoul", "Seoul", 10*time.Second); err != nil && !strings.Contains(err.Error(), ">") {
+		t.Log(err)
+	}
+	wait := startPing(t, o.host("Fujisawa").NS, o.host("Seoul").Addr, 500, "0.01")
+	time.Sleep(500 * time.Millisecond)
+
+	// A file with an error: refused, with field and line; nothing changes.
+	lines := strings.Count(string(orig), "\n")
+	broken := string(orig) + "underlay_mtu: 12\n"
+	if err := os.WriteFile(file, []byte(broken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := o.detourIn("Fujisawa", "reload")
+	t.Logf("broken file: detour reload: %v\n%s", err, out)
+	if err == nil || !strings.Contains(out, fmt.Sprintf("line %d: underlay_mtu: 12 is outside", lines+1)) || !strings.Contains(out, "running configuration stays") {
+		t.Errorf("a broken file was not refused naming underlay_mtu and line %d:\n%s", lines+1, out)
+	}
+
+	// A new network: up, the others untouched.
+	cfg.Networks = append(cfg.Networks, config.Network{Name: "blue", ID: 50, TAP: "dt-blue", MTU: cfg.Networks[0].MTU})
+	b, err := cfg.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	out = o.mustDetour(t, "Fujisawa", "reload")
+	t.Logf("new network: detour reload in %.1f ms:\n%s", float64(time.Since(t0).Microseconds())/1000, out)
+	if !strings.Contains(out, "add network blue") {
+		t.Errorf("reload output: %s", out)
+	}
+	if link, err := inNS(o.gw("Fujisawa"), "ip", "-o", "link", "show", "dt-blue"); err != nil {
+		t.Errorf("dt-blue after the reload: %v %s", err, link)
+	}
+
+	// SIGHUP: a limit on the new network.
+	cfg.Networks[len(cfg.Networks)-1].MaxRate = 20e6
+	b, _ = cfg.Marshal()
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	proc, err := o.agentPID("Fujisawa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(proc.PID, syscall.SIGHUP)
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		list, _ := o.detourIn("Fujisawa", "net", "list")
+		if strings.Contains(list, "20mbit") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 20mbit limit 3 s after SIGHUP:\n%s", list)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	sent, got := wait()
+	t.Logf("ping Fujisawa -> Seoul every 10 ms across the reloads: %d sent, %d received", sent, got)
+	if got != sent {
+		t.Errorf("the reloads cost %d of %d pings of a network they did not touch", sent-got, sent)
 	}
 }

@@ -103,6 +103,14 @@ type Egress struct {
 	Rate string `json:"rate"`
 }
 
+// Reload is the answer to POST /v1/reload: what the agent changed to
+// follow its configuration file, and what it dropped of the run-time
+// state because the file now says otherwise.
+type Reload struct {
+	Applied []string `json:"applied"`
+	Notes   []string `json:"notes,omitempty"`
+}
+
 // Link is one directed pair of the measured matrix.
 //
 // ShiftedMs is the offset-shifted one-way delay d(from,to)+o(from)-o(to):

@@ -66,6 +66,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer reloadOnHUP(a, log)()
 	if dir := os.Getenv("DETOUR_CPUPROFILE_DIR"); dir != "" {
 		defer startCPUProfile(filepath.Join(dir, "agent-"+cfg.Site+".pprof"), log)()
 	}
@@ -73,6 +74,27 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return Fail(stderr, "agent", err)
 	}
 	return 0
+}
+
+// reloadOnHUP reloads the agent's configuration on every SIGHUP until the
+// returned function is called.
+func reloadOnHUP(a *agent.Agent, log *slog.Logger) func() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-hup:
+				if _, err := a.Reload(); err != nil {
+					log.Error("SIGHUP: reload refused", "err", err)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(hup); close(done) }
 }
 
 // reportPreflight prints the findings of agent.Preflight and returns 1
