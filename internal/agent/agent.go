@@ -65,6 +65,7 @@ type Agent struct {
 	pendPins   map[string][]string
 	pendForbid []string
 	cfgPath    string
+	loopsSeen  map[uint32]uint64 // loops logged, by network
 
 	// core is the site's protocol state, owned by the control loop (and
 	// before Run and after the loop by Run's goroutine).
@@ -208,7 +209,7 @@ func (a *Agent) openPort(n config.Network) (*datapath.Port, error) {
 	if !ok {
 		return nil, fmt.Errorf("network %s: no device given", n.Name)
 	}
-	return &datapath.Port{Network: n.ID, Dev: dev, FDB: fdb.New(fdb.DefaultTTL)}, nil
+	return &datapath.Port{Network: n.ID, Dev: dev, FDB: fdb.New(fdb.DefaultTTL), Flood: datapath.NewFloodGuard(n.FloodRate)}, nil
 }
 
 // siteConfig returns the site core's configuration: the control node's,
@@ -350,6 +351,7 @@ func (a *Agent) controlLoop(ctx context.Context) {
 			}
 		case <-mtuCheck.C:
 			a.updateMSS()
+			a.reportLoops()
 		}
 		a.flush()
 		resetTimer(timer, a.core.Wait(a.clock.Now()))

@@ -106,6 +106,9 @@ func (a *Agent) apply(act reload.Action) error {
 	case reload.SetLimits:
 		a.netCfg[act.New.ID] = act.New
 		a.shaper.Set(act.New.ID, edge.Limits{MaxBps: float64(act.New.MaxRate), MinBps: float64(act.New.MinRate)})
+		if p := a.engine.Port(act.New.ID); p != nil && p.Flood != nil {
+			p.Flood.SetRate(act.New.FloodRate)
+		}
 	case reload.SetEgress:
 		a.shaper.SetSite(float64(act.Rate))
 	case reload.SetUnderlayMTU:

@@ -48,6 +48,9 @@ type Port struct {
 	Network uint32
 	Dev     device.Device
 	FDB     *fdb.Table
+	// Flood limits and watches the frames the port floods (flood.go);
+	// nil floods without limit.
+	Flood *FloodGuard
 }
 
 // Config configures an Engine.

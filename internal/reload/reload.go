@@ -23,7 +23,7 @@ const (
 	RemoveNetwork  Kind = iota // stop carrying Old and remove its device
 	ReplaceNetwork             // Old and New differ in more than rates: reopen the device
 	AddNetwork                 // open New's device and carry its frames
-	SetLimits                  // New's max_rate and min_rate
+	SetLimits                  // New's max_rate, min_rate and flood_rate
 	SetEgress                  // the site's egress rate
 	SetUnderlayMTU             // the fallback underlay MTU
 )
@@ -50,7 +50,7 @@ func (a Action) String() string {
 	case AddNetwork:
 		return fmt.Sprintf("add network %s (id %d, tap %s)", a.New.Name, a.New.ID, a.New.TAP)
 	case SetLimits:
-		return fmt.Sprintf("set limits of network %s: max_rate %v, min_rate %v", a.New.Name, a.New.MaxRate, a.New.MinRate)
+		return fmt.Sprintf("set limits of network %s: max_rate %v, min_rate %v, flood_rate %d", a.New.Name, a.New.MaxRate, a.New.MinRate, a.New.FloodRate)
 	case SetEgress:
 		return fmt.Sprintf("set egress_rate %v", a.Rate)
 	case SetUnderlayMTU:
@@ -159,6 +159,6 @@ func networkActions(old, new []config.Network) []Action {
 // sameButRates reports whether two settings of a network differ only in
 // what the shaper changes live.
 func sameButRates(a, b config.Network) bool {
-	a.MaxRate, a.MinRate = b.MaxRate, b.MinRate
+	a.MaxRate, a.MinRate, a.FloodRate = b.MaxRate, b.MinRate, b.FloodRate
 	return a == b
 }

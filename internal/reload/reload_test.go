@@ -51,7 +51,7 @@ func TestDiffNetworks(t *testing.T) {
 	).Replace(base)
 	p := Diff(parse(t, base), parse(t, newer))
 	want := "remove network default (id 1); replace network green (id 3, tap dt-green) with id 4, tap dt-green; " +
-		"add network blue (id 5, tap dt-blue); set limits of network red: max_rate 20mbit, min_rate 1mbit; " +
+		"add network blue (id 5, tap dt-blue); set limits of network red: max_rate 20mbit, min_rate 1mbit, flood_rate 0; " +
 		"set egress_rate 200mbit; set underlay_mtu 9000"
 	if got := describe(p); got != want {
 		t.Errorf("plan\n%s\nwant\n%s", got, want)

@@ -81,6 +81,8 @@ type Network struct {
 	MaxRate  config.Rate `json:"max_rate,omitempty"`
 	MinRate  config.Rate `json:"min_rate,omitempty"`
 	Subnet   string      `json:"subnet,omitempty"`
+	// FloodRate is the network's flood_rate (frames/s, 0: the default).
+	FloodRate int `json:"flood_rate,omitempty"`
 }
 
 // Limits are a network's rate limits (zero: none).
@@ -92,13 +94,13 @@ type Limits struct {
 // FromConfig converts a configured network.
 func FromConfig(n config.Network) Network {
 	return Network{Name: n.Name, ID: n.ID, TAP: n.TAP, Bridge: n.Bridge, MTU: n.MTU, QueueLen: n.QueueLen,
-		MaxRate: n.MaxRate, MinRate: n.MinRate, Subnet: n.Subnet}
+		MaxRate: n.MaxRate, MinRate: n.MinRate, Subnet: n.Subnet, FloodRate: n.FloodRate}
 }
 
 // Config converts back.
 func (n Network) Config() config.Network {
 	return config.Network{Name: n.Name, ID: n.ID, TAP: n.TAP, Bridge: n.Bridge, MTU: n.MTU, QueueLen: n.QueueLen,
-		MaxRate: n.MaxRate, MinRate: n.MinRate, Subnet: n.Subnet}
+		MaxRate: n.MaxRate, MinRate: n.MinRate, Subnet: n.Subnet, FloodRate: n.FloodRate}
 }
 
 // New returns the empty document of a site.
