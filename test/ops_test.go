@@ -4,8 +4,11 @@ package test
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +23,7 @@ import (
 	"github.com/detour-overlay/detour/internal/api"
 	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/runstate"
+	"golang.org/x/sys/unix"
 )
 
 // The tests of running on real gateways (issue 19): durable run-time
@@ -322,5 +326,155 @@ func TestReloadLive(t *testing.T) {
 	t.Logf("ping Fujisawa -> Seoul every 10 ms across the reloads: %d sent, %d received", sent, got)
 	if got != sent {
 		t.Errorf("the reloads cost %d of %d pings of a network they did not touch", sent-got, sent)
+	}
+}
+
+// rawFrames sends Ethernet frames from the first non-loopback interface of
+// namespace ns with a packet socket, for d or until n frames are sent
+// (n < 0: no bound), as fast as the socket takes them; build makes frame
+// i into b and returns its length. It returns the frames sent.
+func rawFrames(ns string, d time.Duration, n int, build func(b []byte, i int) int) (int, error) {
+	sent := 0
+	err := inNSThread(ns, func() error {
+		ifs, err := net.Interfaces()
+		if err != nil {
+			return err
+		}
+		idx := 0
+		for _, ifc := range ifs {
+			if ifc.Flags&net.FlagLoopback == 0 && ifc.Flags&net.FlagUp != 0 {
+				idx = ifc.Index
+				break
+			}
+		}
+		if idx == 0 {
+			return fmt.Errorf("no interface up in %s", ns)
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		to := &unix.SockaddrLinklayer{Ifindex: idx, Halen: 6, Addr: [8]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}
+		b := make([]byte, 1514)
+		for end := time.Now().Add(d); time.Now().Before(end) && (n < 0 || sent < n); {
+			m := build(b, sent)
+			if err := unix.Sendto(fd, b[:m], 0, to); err != nil {
+				if errors.Is(err, unix.ENOBUFS) {
+					continue
+				}
+				return err
+			}
+			sent++
+		}
+		return nil
+	})
+	return sent, err
+}
+
+// stormFrame is broadcast frame i of a storm: distinct frames (a counter
+// in the payload) of a local experimental EtherType, from a locally
+// administered source address.
+func stormFrame(b []byte, i int) int {
+	copy(b, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02, 0xdd, 0, 0, 0, 0x01, 0x88, 0xb5})
+	binary.BigEndian.PutUint64(b[14:], uint64(i))
+	return 64
+}
+
+// TestBroadcastStorm: on leon-japan, a host behind Fujisawa sends
+// distinct broadcast frames as fast as a packet socket takes them for 4 s.
+// Fujisawa floods at most its network's flood_rate of them (the rest are
+// counted as flood_limited), and Seoul->Inagi pings keep their idle RTT
+// within 3 ms. Then a cable between Fujisawa's and Inagi's bridges makes a
+// loop through the overlay; the broadcast frames that enter it are cut by
+// the loop detector (detour status says so at both sites), and the loop
+// floods a few frames a second, not the flood_rate.
+func TestBroadcastStorm(t *testing.T) {
+	o := withAgents(t, upWith(t, opsPrefix, "leon-japan", "--overlay", "detour"))
+	idle := median(o.hostPing(t, "Seoul", "Inagi", 50, "0.02"))
+	before := o.counters(t, "Fujisawa")
+	inagi0 := o.counters(t, "Inagi")
+
+	const secs = 4
+	var sent int
+	var sendErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sent, sendErr = rawFrames(o.host("Fujisawa").NS, secs*time.Second, -1, stormFrame)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	storm := o.hostPing(t, "Seoul", "Inagi", 100, "0.02")
+	<-done
+	if sendErr != nil {
+		t.Fatal(sendErr)
+	}
+	after := o.counters(t, "Fujisawa")
+	d, show := delta(before, after, "frames_in", "flooded", "flood_limited")
+	inagi, _ := delta(inagi0, o.counters(t, "Inagi"), "frames_out")
+	t.Logf("storm: %d frames sent in %d s (%.0f/s); Fujisawa %s; Inagi delivered %d frames", sent, secs, float64(sent)/secs, show, inagi["frames_out"])
+	t.Logf("Seoul->Inagi RTT: idle median %.3f ms; during the storm median %.3f ms, p95 %.3f ms", idle, median(storm), percentile(storm, 95))
+	if d["flood_limited"] == 0 || d["flooded"] > (secs+1)*2000+300 {
+		t.Errorf("storm: flooded %d, limited %d: the flood_rate of 2000/s did not hold", d["flooded"], d["flood_limited"])
+	}
+	if median(storm) > idle+3 {
+		t.Errorf("Seoul->Inagi median RTT %.3f ms during the storm, %.3f ms idle", median(storm), idle)
+	}
+
+	// A loop: a cable between Fujisawa's and Inagi's bridges.
+	gwF, gwI := o.gw("Fujisawa"), o.gw("Inagi")
+	if out, err := exec.Command("ip", "link", "add", "dtg-loop0", "netns", gwF, "type", "veth", "peer", "name", "dtg-loop1", "netns", gwI).CombinedOutput(); err != nil {
+		t.Fatalf("veth: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "exec", gwF, "ip", "link", "del", "dtg-loop0").Run() })
+	for ns, dev := range map[string]string{gwF: "dtg-loop0", gwI: "dtg-loop1"} {
+		if out, err := inNS(ns, "ip", "link", "set", dev, "master", "br0", "up"); err != nil {
+			t.Fatalf("%s: %v %s", dev, err, out)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	c0 := map[string]map[string]uint64{"Fujisawa": o.counters(t, "Fujisawa"), "Inagi": o.counters(t, "Inagi")}
+	loopFrame := func(b []byte, i int) int {
+		copy(b, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02, 0xdd, 0, 0, 0, 0x02, 0x88, 0xb5})
+		copy(b[14:], "one broadcast frame into a loop")
+		return 64
+	}
+	if _, err := rawFrames(o.host("Fujisawa").NS, time.Second, 1, loopFrame); err != nil {
+		t.Fatal(err)
+	}
+	var status string
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		f, _ := o.detourIn("Fujisawa", "status")
+		i, _ := o.detourIn("Inagi", "status")
+		if strings.Contains(f, "LOOP on network") && strings.Contains(i, "LOOP on network") {
+			status = f
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no loop reported 3 s after the frame:\nFujisawa:\n%s\nInagi:\n%s", f, i)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, line := range strings.Split(status, "\n") {
+		if strings.Contains(line, "LOOP") {
+			t.Logf("Fujisawa$ detour status: %s", line)
+		}
+	}
+	c1 := map[string]map[string]uint64{"Fujisawa": o.counters(t, "Fujisawa"), "Inagi": o.counters(t, "Inagi")}
+	time.Sleep(time.Second)
+	for _, s := range []string{"Fujisawa", "Inagi"} {
+		cut, show := delta(c0[s], c1[s], "flooded", "flood_loop_dropped")
+		later, _ := delta(c1[s], o.counters(t, s), "flooded", "flood_loop_dropped")
+		t.Logf("%s: until the loop was cut %s; in the next second flooded %d, flood_loop_dropped %d", s, show, later["flooded"], later["flood_loop_dropped"])
+		// Uncut, the loop would flood at the flood_rate (2000/s); the
+		// cable stays, so new broadcasts (the hosts', the bridges') still
+		// enter it and come back once before they are cut.
+		if cut["flood_loop_dropped"] == 0 || later["flooded"] > 50 {
+			t.Errorf("%s: the loop was not cut", s)
+		}
+	}
+	if rtts := o.hostPing(t, "Seoul", "Inagi", 20, "0.02"); median(rtts) > idle+3 {
+		t.Errorf("Seoul->Inagi median RTT %.3f ms after the loop, %.3f ms idle", median(rtts), idle)
 	}
 }

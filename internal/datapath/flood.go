@@ -21,7 +21,9 @@ import (
 // seen loopRepeats times in a row with gaps under loopGap is taken for a
 // loop. Its later copies are not flooded (the loop is cut at this site,
 // the frame dies), and the network is reported as looping until loopHold
-// after the last copy. Frames are told apart by a 64-bit FNV-1a hash of
+// after the last copy. While it is, the loop is still there (the second
+// path has not gone), so any frame that comes back even once within
+// loopGap is cut at its second copy rather than its eighth. Frames are told apart by a 64-bit FNV-1a hash of
 // their first loopHashBytes bytes and their length, in a table of
 // loopSlots entries indexed by the hash: a collision can only reset a
 // count, never invent a loop.
@@ -130,10 +132,12 @@ func (g *FloodGuard) loop(frame []byte, now int64) bool {
 	}
 	s.seen = now
 	s.count++
-	if s.count < loopRepeats {
+	last := g.loopLast.Load()
+	looping := last != 0 && now-last <= loopHold
+	if s.count < loopRepeats && !looping {
 		return false
 	}
-	if last := g.loopLast.Load(); last == 0 || now-last > loopHold {
+	if !looping {
 		g.loopCount.Add(1) // a new loop, not the same one going on
 	}
 	g.loopLast.Store(now)

@@ -86,7 +86,10 @@ func TestLoopDetector(t *testing.T) {
 	if g.admit(distinct(-1), now) != floodOK {
 		t.Error("a frame that does not loop is not flooded during a loop")
 	}
-	if active, _, _ := g.LoopReport(now + loopHold + 1); active {
+	if g.admit(distinct(-1), now+1e6) != floodLoop {
+		t.Error("during a loop, a frame back a second time is flooded")
+	}
+	if active, _, _ := g.LoopReport(now + 1e6 + loopHold + 1); active {
 		t.Error("a loop still reported 10 s after its last copy")
 	}
 }
