@@ -58,6 +58,7 @@ func (a *Agent) status() api.Status {
 	sort.Slice(s.Pins, func(i, j int) bool { return s.Pins[i].Dest < s.Pins[j].Dest })
 	s.Forbidden = append(s.Forbidden, forbidden...)
 	s.FloodLoops = a.floodLoops()
+	s.Waiting = a.pending()
 	return s
 }
 

@@ -56,8 +56,12 @@ type Status struct {
 	Forbidden       []string  `json:"forbidden_relays"`
 	// FloodLoops are the networks on which a flooding loop was seen in
 	// the last 10 s (the looping frames are not flooded).
-	FloodLoops []FloodLoop       `json:"flood_loops,omitempty"`
-	Counters   map[string]uint64 `json:"counters"`
+	FloodLoops []FloodLoop `json:"flood_loops,omitempty"`
+	// Waiting are the pins and forbidden relays of the run-time state
+	// whose sites have not joined since the agent started ("pin SITE",
+	// "forbid SITE"); they apply when the sites join.
+	Waiting  []string          `json:"waiting_overrides,omitempty"`
+	Counters map[string]uint64 `json:"counters"`
 	// LastChange is the last change made through the API since the agent
 	// started; nil for none.
 	LastChange *Change `json:"last_change,omitempty"`

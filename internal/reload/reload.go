@@ -6,6 +6,7 @@
 package reload
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -73,8 +74,28 @@ func (p Plan) Err() error {
 	if len(p.Restart) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%s changed: the running agent cannot change %s; restart it (systemctl restart detour) to apply the file, or undo the change and reload",
+	var why []string
+	for _, f := range p.Restart {
+		if r, ok := restartWhy[f]; ok {
+			why = append(why, f+": "+r)
+		}
+	}
+	msg := fmt.Sprintf("%s changed: the running agent cannot change %s; restart it (systemctl restart detour) to apply the file, or undo the change and reload",
 		strings.Join(p.Restart, ", "), plural(len(p.Restart)))
+	if len(why) > 0 {
+		msg += " (" + strings.Join(why, "; ") + ")"
+	}
+	return errors.New(msg)
+}
+
+// restartWhy explains the fields an operator most expects a reload to
+// apply.
+var restartWhy = map[string]string{
+	"peers": "the accepted public keys and the bootstrap addresses are read at start; " +
+		"sites joining without restarts come with the overlay's certificates",
+	"probe_interval": "failure detection is set up at start",
+	"max_probe_rate": "failure detection is set up at start",
+	"kv_pools":       "key-value pools cannot change at run time yet",
 }
 
 func plural(n int) string {
