@@ -55,7 +55,7 @@ func TestReload(t *testing.T) {
 	if _, err := a.Reload(); err == nil || !strings.Contains(err.Error(), "line 6: networks[1]") || !strings.Contains(err.Error(), "not a rate") {
 		t.Errorf("a broken file: %v", err)
 	}
-	write(strings.Replace(base, "detour0}", "detour0, max_rate: 10mbit}", 1) + "  - {name: blue, id: 7, tap: dt-blue}\n")
+	write(strings.Replace(base, "detour0}", "detour0, max_rate: 10mbit, flood_rate: 500}", 1) + "  - {name: blue, id: 7, tap: dt-blue}\n")
 	res, err := a.Reload()
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +65,9 @@ func TestReload(t *testing.T) {
 	}
 	if p := a.engine.Ports(); len(p) != 2 || p[0].Dev != def && p[1].Dev != def {
 		t.Errorf("the untouched network's device was replaced: %v", p)
+	}
+	if r := a.engine.Port(1).Flood.Rate(); r != 500 {
+		t.Errorf("flood_rate %d after the reload, want 500", r)
 	}
 	write(strings.Replace(base, "198.18.0.1:4800", "198.18.0.2:4800", 1))
 	if _, err := a.Reload(); err == nil || !strings.Contains(err.Error(), "listen changed") || !strings.Contains(err.Error(), "restart") {
