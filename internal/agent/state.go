@@ -3,6 +3,8 @@ package agent
 import (
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"time"
@@ -25,6 +27,9 @@ func (a *Agent) loadState(path string) error {
 	if path == "" {
 		a.state = runstate.New(a.cfg.Site)
 		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("run-time state: %w (give --state a writable place)", err)
 	}
 	a.store = runstate.NewStore(path)
 	doc, err := a.store.Load(a.cfg.Site)

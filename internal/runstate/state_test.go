@@ -167,14 +167,27 @@ func TestRebase(t *testing.T) {
 }
 
 // FuzzDecode: whatever Decode accepts encodes to a document that decodes
-// to the same encoding.
+// to the same encoding, and merges with a valid file into a valid
+// configuration.
 func FuzzDecode(f *testing.F) {
 	f.Add(sample().Encode())
 	f.Add([]byte(`{"version":1,"site":"a","pins":{"b":["b"]}}`))
+	f.Add([]byte(`{"version":1,"site":"fujisawa","attached":[{"name":"x","id":2,"tap":"detour0"}],"limits":{"red":{"max_rate":"1mbit","min_rate":"1mbit"}}}`))
+	file, err := config.Parse([]byte("site: fujisawa\nlisten: 127.0.0.1:4800\nnetworks:\n  - {name: default, id: 1, tap: detour0}\n  - {name: red, id: 2, tap: dt-red}\n"))
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, err := Decode(b)
 		if err != nil {
 			return
+		}
+		eff, kept, _ := Merge(file, d)
+		if err := eff.Validate(); err != nil {
+			t.Fatalf("merging %s gives an invalid configuration: %v", b, err)
+		}
+		if err := kept.Validate(); err != nil {
+			t.Fatalf("merging %s keeps an invalid document: %v", b, err)
 		}
 		e := d.Encode()
 		d2, err := Decode(e)
