@@ -15,7 +15,7 @@ LAB_BIN := bin/detour-lab
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/detour-overlay/detour/internal/cli/command.Version=$(VERSION)
 
-.PHONY: all build deps demo test test-unit test-netns bench fuzz vet clean
+.PHONY: all build deps demo test test-unit test-netns bench fuzz vet clean deb
 
 all: build
 
@@ -51,6 +51,10 @@ test: deps build vet
 
 test-unit:
 	$(GO) test -count=1 ./...
+
+# The Debian package of the gateway (docs/operations.md): bin/detour_*.deb.
+deb:
+	bash scripts/deb.sh bin
 
 # Long measurements; not run in CI.
 bench: deps build

@@ -25,7 +25,7 @@ import (
 const suiteLock = "/run/detour/netns-tests.lock"
 
 // suitePrefixes are the namespace prefixes the suite's tests use.
-var suitePrefixes = []string{tbPrefix, ovPrefix, edPrefix, experimentPrefix, apPrefix, uiPrefix, kvPrefix}
+var suitePrefixes = []string{tbPrefix, ovPrefix, edPrefix, experimentPrefix, apPrefix, uiPrefix, kvPrefix, opsPrefix}
 
 func TestMain(m *testing.M) {
 	unlock, err := lockSuite()

@@ -31,6 +31,7 @@ import (
 	"github.com/detour-overlay/detour/internal/history"
 	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/routing"
+	"github.com/detour-overlay/detour/internal/runstate"
 	"github.com/detour-overlay/detour/internal/session"
 	"github.com/detour-overlay/detour/internal/site"
 	"github.com/detour-overlay/detour/internal/transport"
@@ -52,6 +53,19 @@ type Agent struct {
 	mssV6   uint16
 	engine  *datapath.Engine
 	version string
+
+	// file is the configuration file's settings, cfg those in force (the
+	// file merged with the run-time state). state is the run-time state,
+	// store its file (nil: not kept), pendPins and pendForbid the
+	// state's overrides waiting for their sites. All belong to the
+	// control loop.
+	file       *config.Agent
+	state      *runstate.Doc
+	store      *runstate.Store
+	pendPins   map[string][]string
+	pendForbid []string
+	cfgPath    string
+	loopsSeen  map[uint32]uint64 // loops logged, by network
 
 	// core is the site's protocol state, owned by the control loop (and
 	// before Run and after the loop by Run's goroutine).
@@ -89,6 +103,12 @@ type Options struct {
 	Clock   *Clock
 	Logger  *slog.Logger
 	Version string
+	// StatePath is the file that keeps the changes made at run time
+	// (runstate); empty keeps them in memory only.
+	StatePath string
+	// ConfigPath is the configuration file, read again by Reload; empty
+	// refuses reloads.
+	ConfigPath string
 }
 
 // New opens the agent's devices and socket and builds its state. Nothing
@@ -105,6 +125,11 @@ func New(cfg *config.Agent, opt Options) (*Agent, error) {
 	if a.clock == nil {
 		a.clock = NewClock(cfg.TestClockOffset)
 	}
+	a.cfgPath = opt.ConfigPath
+	if err := a.loadState(opt.StatePath); err != nil {
+		return nil, err
+	}
+	cfg = a.cfg
 	if err := a.openUnderlay(); err != nil {
 		return nil, err
 	}
@@ -137,6 +162,7 @@ func New(cfg *config.Agent, opt Options) (*Agent, error) {
 	a.engine.SetShaper(a.shaper)
 	a.updateMSS()
 	a.registry = a.newRegistry()
+	a.applyPending(a.clock.Now())
 	return a, nil
 }
 
@@ -183,7 +209,7 @@ func (a *Agent) openPort(n config.Network) (*datapath.Port, error) {
 	if !ok {
 		return nil, fmt.Errorf("network %s: no device given", n.Name)
 	}
-	return &datapath.Port{Network: n.ID, Dev: dev, FDB: fdb.New(fdb.DefaultTTL)}, nil
+	return &datapath.Port{Network: n.ID, Dev: dev, FDB: fdb.New(fdb.DefaultTTL), Flood: datapath.NewFloodGuard(n.FloodRate)}, nil
 }
 
 // siteConfig returns the site core's configuration: the control node's,
@@ -315,6 +341,7 @@ func (a *Agent) controlLoop(ctx context.Context) {
 		case p := <-a.ctlIn:
 			a.core.Receive(p.at, p.from, p.data)
 			a.drainControl()
+			a.applyPending(a.clock.Now())
 		case f := <-a.reqs:
 			f()
 		case <-timer.C:
@@ -325,6 +352,7 @@ func (a *Agent) controlLoop(ctx context.Context) {
 			}
 		case <-mtuCheck.C:
 			a.updateMSS()
+			a.reportLoops()
 		}
 		a.flush()
 		resetTimer(timer, a.core.Wait(a.clock.Now()))

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/control"
 	"github.com/detour-overlay/detour/internal/routing"
+	"github.com/detour-overlay/detour/internal/runstate"
 )
 
 // The agent implements api.Backend: each answer is built on the control
@@ -55,6 +57,8 @@ func (a *Agent) status() api.Status {
 	}
 	sort.Slice(s.Pins, func(i, j int) bool { return s.Pins[i].Dest < s.Pins[j].Dest })
 	s.Forbidden = append(s.Forbidden, forbidden...)
+	s.FloodLoops = a.floodLoops()
+	s.Waiting = a.pending()
 	return s
 }
 
@@ -190,33 +194,50 @@ func (a *Agent) FDB() []api.FDBEntry {
 
 // Pin implements api.Backend.
 func (a *Agent) Pin(p api.Pin) error {
+	path := append(append([]string{}, p.Via...), p.Dest)
 	return a.override(func(now time.Time) error {
-		return a.core.Pin(now, p.Dest, append(append([]string{}, p.Via...), p.Dest))
-	})
+		return a.core.Pin(now, p.Dest, path)
+	}, func(d *runstate.Doc) { d.Pin(p.Dest, path) })
 }
 
-// Unpin implements api.Backend.
+// Unpin implements api.Backend. A pin of the state file whose site has
+// not joined yet is simply forgotten.
 func (a *Agent) Unpin(site string) error {
-	return a.override(func(now time.Time) error { return a.core.Unpin(now, site) })
+	return a.override(func(now time.Time) error {
+		if _, ok := a.pendPins[site]; ok {
+			delete(a.pendPins, site)
+			return nil
+		}
+		return a.core.Unpin(now, site)
+	}, func(d *runstate.Doc) { d.Unpin(site) })
 }
 
 // Forbid implements api.Backend.
 func (a *Agent) Forbid(site string) error {
-	return a.override(func(now time.Time) error { return a.core.ForbidRelay(now, site) })
+	return a.override(func(now time.Time) error { return a.core.ForbidRelay(now, site) },
+		func(d *runstate.Doc) { d.Forbid(site) })
 }
 
 // Allow implements api.Backend.
 func (a *Agent) Allow(site string) error {
-	return a.override(func(now time.Time) error { return a.core.AllowRelay(now, site) })
+	return a.override(func(now time.Time) error {
+		if i := slices.Index(a.pendForbid, site); i >= 0 {
+			a.pendForbid = slices.Delete(a.pendForbid, i, i+1)
+			return nil
+		}
+		return a.core.AllowRelay(now, site)
+	}, func(d *runstate.Doc) { d.Allow(site) })
 }
 
-// override applies an operator change on the control loop and publishes
-// the resulting table at once.
-func (a *Agent) override(f func(now time.Time) error) error {
+// override applies an operator change on the control loop, records it in
+// the run-time state (durably, before the answer) and publishes the
+// resulting table at once.
+func (a *Agent) override(f func(now time.Time) error, rec func(d *runstate.Doc)) error {
 	var err error
 	if !a.do(func() {
 		if err = f(a.clock.Now()); err == nil {
 			a.flush()
+			err = a.record(rec)
 		}
 	}) {
 		return errStopped

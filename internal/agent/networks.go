@@ -10,6 +10,7 @@ import (
 	"github.com/detour-overlay/detour/internal/api"
 	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/edge"
+	"github.com/detour-overlay/detour/internal/runstate"
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
@@ -119,7 +120,13 @@ func (a *Agent) Attach(r api.Network) (api.Network, error) {
 		return api.Network{}, fmt.Errorf("%w: %v", api.ErrBadRequest, err)
 	}
 	a.shaper.Set(n.ID, lim)
-	a.do(func() { a.netCfg[n.ID] = n })
+	a.do(func() {
+		a.netCfg[n.ID] = n
+		err = a.record(func(d *runstate.Doc) { d.Attach(n, a.file) })
+	})
+	if err != nil {
+		return api.Network{}, err
+	}
 	a.log.Info("network attached", "name", n.Name, "id", n.ID, "tap", n.TAP)
 	r.MTU = n.MTU
 	return r, nil
@@ -130,20 +137,27 @@ func (a *Agent) Attach(r api.Network) (api.Network, error) {
 func (a *Agent) Detach(name string) error {
 	var n config.Network
 	ok := false
+	var err error
 	a.do(func() {
 		if n, ok = a.networkByName(name); ok {
 			delete(a.netCfg, n.ID)
+			err = a.record(func(d *runstate.Doc) { d.Detach(name, a.file) })
 		}
 	})
 	if !ok {
 		return fmt.Errorf("%w: network %q is not attached here", api.ErrNotFound, name)
 	}
+	a.closeNetwork(n)
+	return err
+}
+
+// closeNetwork stops carrying a network's frames and removes its device.
+func (a *Agent) closeNetwork(n config.Network) {
 	if p := a.engine.RemovePort(n.ID); p != nil {
 		p.Dev.Close()
 	}
 	a.shaper.Set(n.ID, edge.Limits{})
 	a.log.Info("network detached", "name", n.Name, "id", n.ID)
-	return nil
 }
 
 // SetLimits implements api.Backend.
@@ -179,7 +193,7 @@ func (a *Agent) setLimits(name string, lim edge.Limits) error {
 	n.MaxRate, n.MinRate = config.Rate(lim.MaxBps), config.Rate(lim.MinBps)
 	a.netCfg[n.ID] = n
 	a.shaper.Set(n.ID, lim)
-	return nil
+	return a.record(func(d *runstate.Doc) { d.SetLimits(name, limitsOf(n)) })
 }
 
 // SetEgress implements api.Backend: the site's total egress capacity.
@@ -208,7 +222,7 @@ func (a *Agent) setEgress(r config.Rate) error {
 	}
 	a.cfg.EgressRate = r
 	a.shaper.SetSite(float64(r))
-	return nil
+	return a.record(func(d *runstate.Doc) { d.SetEgress(r) })
 }
 
 func (a *Agent) networkByName(name string) (config.Network, bool) {

@@ -53,6 +53,7 @@ func (f *fakeBackend) SetLimits(name, mx, mn string) error {
 	return f.did("limit " + name + " " + mx + " " + mn)
 }
 func (f *fakeBackend) SetEgress(rate string) error { return f.did("egress " + rate) }
+func (f *fakeBackend) Reload() (Reload, error)     { return Reload{Applied: []string{}}, f.did("reload") }
 
 func newTestServer() (*Server, *fakeBackend) {
 	b := &fakeBackend{}

@@ -35,6 +35,10 @@ type Backend interface {
 	Detach(name string) error
 	SetLimits(name, maxRate, minRate string) error
 	SetEgress(rate string) error
+	// Reload reads the configuration file again and applies what changed;
+	// a file with an error, or a change that needs a restart, is refused
+	// (ErrBadRequest) and the running configuration stays.
+	Reload() (Reload, error)
 }
 
 // ErrNotFound is returned by a Backend for an unknown site; the server
@@ -171,6 +175,9 @@ func (s *Server) changes(mux *http.ServeMux) {
 			return
 		}
 		s.change(w, r, "net egress "+orNone(e.Rate), func() (any, error) { return e, b.SetEgress(e.Rate) })
+	})
+	mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
+		s.change(w, r, "reload", func() (any, error) { return b.Reload() })
 	})
 }
 

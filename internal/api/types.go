@@ -48,16 +48,33 @@ type Status struct {
 	// ProbeIntervalMS and DownAfterMS are the probe interval and failure
 	// detection time in force (they grow with the members beyond what
 	// max_probe_rate allows at the configured interval).
-	ProbeIntervalMS float64           `json:"probe_interval_ms"`
-	DownAfterMS     float64           `json:"down_after_ms"`
-	Members         []Member          `json:"members"`
-	Networks        []Network         `json:"networks"`
-	Pins            []Pin             `json:"pins"`
-	Forbidden       []string          `json:"forbidden_relays"`
-	Counters        map[string]uint64 `json:"counters"`
+	ProbeIntervalMS float64   `json:"probe_interval_ms"`
+	DownAfterMS     float64   `json:"down_after_ms"`
+	Members         []Member  `json:"members"`
+	Networks        []Network `json:"networks"`
+	Pins            []Pin     `json:"pins"`
+	Forbidden       []string  `json:"forbidden_relays"`
+	// FloodLoops are the networks on which a flooding loop was seen in
+	// the last 10 s (the looping frames are not flooded).
+	FloodLoops []FloodLoop `json:"flood_loops,omitempty"`
+	// Waiting are the pins and forbidden relays of the run-time state
+	// whose sites have not joined since the agent started ("pin SITE",
+	// "forbid SITE"); they apply when the sites join.
+	Waiting  []string          `json:"waiting_overrides,omitempty"`
+	Counters map[string]uint64 `json:"counters"`
 	// LastChange is the last change made through the API since the agent
 	// started; nil for none.
 	LastChange *Change `json:"last_change,omitempty"`
+}
+
+// FloodLoop is a loop seen on a network: the same flooded frame read from
+// the network's device again and again.
+type FloodLoop struct {
+	Network string `json:"network"`
+	// Source is the source MAC address of the last looping frame.
+	Source string `json:"source"`
+	// Loops counts the loops seen on the network since the agent started.
+	Loops uint64 `json:"loops"`
 }
 
 // Change is a change made through the API: what, by whom, when.
@@ -101,6 +118,14 @@ type Limits struct {
 // Egress changes the site's total egress capacity (PUT /v1/egress).
 type Egress struct {
 	Rate string `json:"rate"`
+}
+
+// Reload is the answer to POST /v1/reload: what the agent changed to
+// follow its configuration file, and what it dropped of the run-time
+// state because the file now says otherwise.
+type Reload struct {
+	Applied []string `json:"applied"`
+	Notes   []string `json:"notes,omitempty"`
 }
 
 // Link is one directed pair of the measured matrix.

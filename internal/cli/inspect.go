@@ -212,6 +212,13 @@ func printStatus(w io.Writer, raw []byte) error {
 	if len(s.Forbidden) > 0 {
 		fmt.Fprintf(w, "forbidden relays: %s\n", strings.Join(s.Forbidden, " "))
 	}
+	if len(s.Waiting) > 0 {
+		fmt.Fprintf(w, "waiting for their sites to join: %s\n", strings.Join(s.Waiting, ", "))
+	}
+	for _, l := range s.FloodLoops {
+		fmt.Fprintf(w, "LOOP on network %s: frames from %s come back through this site's bridge; they are not flooded (loop %d, flood_loop_dropped %d)\n",
+			l.Network, l.Source, l.Loops, s.Counters["flood_loop_dropped"])
+	}
 	if c := s.LastChange; c != nil {
 		fmt.Fprintf(w, "last change: %s, by %s (uid %d, pid %d) at %s\n", c.What, c.User, c.UID, c.PID, c.At.Format(time.RFC3339))
 	} else {

@@ -44,7 +44,11 @@ const (
 	// MinQueueLen and MaxQueueLen bound a network's queue_len.
 	MinQueueLen = 16
 	MaxQueueLen = 65536
-	maxPath     = 8 // wire.MaxPath; kept here to avoid an import cycle in tools
+	// DefaultFloodRate is a network's flood_rate when the file gives none
+	// (datapath.DefaultFloodRate); MaxFloodRate bounds it.
+	DefaultFloodRate = 2000
+	MaxFloodRate     = 1000000
+	maxPath          = 8 // wire.MaxPath; kept here to avoid an import cycle in tools
 )
 
 // Agent is the configuration of one site's agent.
@@ -142,6 +146,11 @@ type Network struct {
 	// MinRate is the egress this network is guaranteed when networks
 	// compete for the site's egress_rate.
 	MinRate Rate `yaml:"min_rate,omitempty"`
+	// FloodRate caps the frames per second this site floods to every
+	// other site for the network (broadcast, multicast, unknown unicast);
+	// zero means DefaultFloodRate. Frames above it are dropped and counted
+	// (flood_limited).
+	FloodRate int `yaml:"flood_rate,omitempty"`
 	// Subnet is the IPv4 prefix the network's hosts use (e.g. 10.20.0.0/16),
 	// needed when key-value pools serve the network. detour forwards
 	// Ethernet frames and needs no subnet otherwise.
@@ -470,6 +479,9 @@ func validateNetworks(ns []Network, pr *Problems) {
 		}
 		if n.Subnet != "" && !n.prefix().IsValid() {
 			pr.add(field+".subnet", "%q is not an IPv4 prefix of at most /30 (e.g. 10.20.0.0/16)", n.Subnet)
+		}
+		if n.FloodRate < 0 || n.FloodRate > MaxFloodRate {
+			pr.add(field+".flood_rate", "%d frames/s is outside 0..%d (0: the default, %d)", n.FloodRate, MaxFloodRate, DefaultFloodRate)
 		}
 		if n.QueueLen != 0 && (n.QueueLen < MinQueueLen || n.QueueLen > MaxQueueLen) {
 			pr.add(field+".queue_len", "%d frames is outside %d..%d (0 keeps the kernel's default)", n.QueueLen, MinQueueLen, MaxQueueLen)

@@ -53,6 +53,9 @@ type Port struct {
 	// network has no key-value pool: the forwarding path then costs one
 	// nil check.
 	KV atomic.Pointer[router.Table]
+	// Flood limits and watches the frames the port floods (flood.go);
+	// nil floods without limit.
+	Flood *FloodGuard
 }
 
 // Config configures an Engine.

@@ -316,6 +316,9 @@ func (g *egress) seal(b []byte, n int, rt *routing.Route) (transport.Message, bo
 // broadcast queues one copy of the frame for every other site, each along
 // that site's own path, so every site receives it exactly once.
 func (g *egress) broadcast(frame []byte) {
+	if !g.floodAllowed(frame) {
+		return
+	}
 	r := g.e.routes.Load().r
 	queued := false
 	for _, site := range r.Sites() {

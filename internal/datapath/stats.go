@@ -13,6 +13,8 @@ type Stats struct {
 	BytesReceived   atomic.Uint64
 	Relayed         atomic.Uint64 // data packets forwarded for other sites
 	Flooded         atomic.Uint64 // frames sent to every site
+	FloodLimited    atomic.Uint64 // frames not flooded: over their network's flood_rate
+	FloodLoopDrop   atomic.Uint64 // frames not flooded: looping (the same frame back again and again)
 	Duplicated      atomic.Uint64 // copies sent on a backup path while the primary was in doubt
 	ControlIn       atomic.Uint64 // control datagrams handed to the control plane
 	MSSClamped      atomic.Uint64 // TCP SYNs whose MSS option was lowered
@@ -51,6 +53,8 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"bytes_received":       s.BytesReceived.Load(),
 		"relayed":              s.Relayed.Load(),
 		"flooded":              s.Flooded.Load(),
+		"flood_limited":        s.FloodLimited.Load(),
+		"flood_loop_dropped":   s.FloodLoopDrop.Load(),
 		"duplicated":           s.Duplicated.Load(),
 		"control_in":           s.ControlIn.Load(),
 		"mss_clamped":          s.MSSClamped.Load(),

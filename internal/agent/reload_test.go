@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/detour-overlay/detour/internal/config"
+	"github.com/detour-overlay/detour/internal/device"
+	"github.com/detour-overlay/detour/internal/transport"
+)
+
+// TestReload: a new network and a new limit in the file are applied; a
+// broken file and a new listen address are refused with their field (and
+// line), and the running networks stay.
+func TestReload(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "site.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const base = "site: fujisawa\nlisten: 198.18.0.1:4800\napi: 127.0.0.1:0\nnetworks:\n  - {name: default, id: 1, tap: detour0}\n"
+	write(base)
+	cfg, err := config.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := device.NewFake("detour0", 1400, 64)
+	a, err := New(cfg, Options{
+		Conn:       transport.NewFakeNetwork().Listen(netip.MustParseAddrPort("198.18.0.1:4800")),
+		Devices:    map[uint32]device.Device{1: def, 7: device.NewFake("dt-blue", 1400, 64)},
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		StatePath:  filepath.Join(dir, "site.state.json"),
+		ConfigPath: file,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.closeAll()
+	nets := func() string {
+		var s []string
+		for _, n := range a.Networks() {
+			s = append(s, n.Name+":"+n.MaxRate)
+		}
+		return strings.Join(s, " ")
+	}
+
+	write(base + "  - {name: blue, id: 7, tap: dt-blue, max_rate: 5 furlongs}\n")
+	if _, err := a.Reload(); err == nil || !strings.Contains(err.Error(), "line 6: networks[1]") || !strings.Contains(err.Error(), "not a rate") {
+		t.Errorf("a broken file: %v", err)
+	}
+	write(strings.Replace(base, "detour0}", "detour0, max_rate: 10mbit, flood_rate: 500}", 1) + "  - {name: blue, id: 7, tap: dt-blue}\n")
+	res, err := a.Reload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nets(); got != "default:10mbit blue:" || len(res.Applied) != 2 {
+		t.Errorf("after the reload: %q, applied %q", got, res.Applied)
+	}
+	if p := a.engine.Ports(); len(p) != 2 || p[0].Dev != def && p[1].Dev != def {
+		t.Errorf("the untouched network's device was replaced: %v", p)
+	}
+	if r := a.engine.Port(1).Flood.Rate(); r != 500 {
+		t.Errorf("flood_rate %d after the reload, want 500", r)
+	}
+	write(strings.Replace(base, "198.18.0.1:4800", "198.18.0.2:4800", 1))
+	if _, err := a.Reload(); err == nil || !strings.Contains(err.Error(), "listen changed") || !strings.Contains(err.Error(), "restart") {
+		t.Errorf("a new listen address: %v", err)
+	}
+	if got := nets(); got != "default:10mbit blue:" {
+		t.Errorf("after a refused reload: %q", got)
+	}
+}

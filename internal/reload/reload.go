@@ -1,0 +1,185 @@
+// Package reload compares two configurations of a site's agent and says
+// what a reload must do: the actions that apply the new one to a running
+// agent (networks added, removed or replaced, rate limits, the egress
+// rate, the underlay MTU), and the fields that only a restart can change.
+// It is pure: the agent carries out the plan.
+package reload
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/detour-overlay/detour/internal/config"
+)
+
+// Kind is what an action does.
+type Kind int
+
+// The actions, in the order a plan lists them: removals first, so that a
+// TAP name or an id freed by one network can be taken by another.
+const (
+	RemoveNetwork  Kind = iota // stop carrying Old and remove its device
+	ReplaceNetwork             // Old and New differ in more than rates: reopen the device
+	AddNetwork                 // open New's device and carry its frames
+	SetLimits                  // New's max_rate, min_rate and flood_rate
+	SetEgress                  // the site's egress rate
+	SetUnderlayMTU             // the fallback underlay MTU
+)
+
+var kindNames = [...]string{"remove network", "replace network", "add network", "set limits", "set egress_rate", "set underlay_mtu"}
+
+func (k Kind) String() string { return kindNames[k] }
+
+// Action is one step of a plan.
+type Action struct {
+	Kind     Kind
+	Old, New config.Network // the network's old and new settings
+	Rate     config.Rate    // SetEgress
+	MTU      int            // SetUnderlayMTU
+}
+
+// String describes the action for the log and the operator.
+func (a Action) String() string {
+	switch a.Kind {
+	case RemoveNetwork:
+		return fmt.Sprintf("remove network %s (id %d)", a.Old.Name, a.Old.ID)
+	case ReplaceNetwork:
+		return fmt.Sprintf("replace network %s (id %d, tap %s) with id %d, tap %s", a.Old.Name, a.Old.ID, a.Old.TAP, a.New.ID, a.New.TAP)
+	case AddNetwork:
+		return fmt.Sprintf("add network %s (id %d, tap %s)", a.New.Name, a.New.ID, a.New.TAP)
+	case SetLimits:
+		return fmt.Sprintf("set limits of network %s: max_rate %v, min_rate %v, flood_rate %d", a.New.Name, a.New.MaxRate, a.New.MinRate, a.New.FloodRate)
+	case SetEgress:
+		return fmt.Sprintf("set egress_rate %v", a.Rate)
+	case SetUnderlayMTU:
+		return fmt.Sprintf("set underlay_mtu %d", a.MTU)
+	}
+	return "?"
+}
+
+// Plan is what a reload does.
+type Plan struct {
+	Actions []Action
+	// Restart names the fields (as in the YAML file) that changed but
+	// that the running agent cannot change; a plan with any is refused.
+	Restart []string
+}
+
+// Err is nil when the plan can be carried out live, or says which fields
+// need a restart.
+func (p Plan) Err() error {
+	if len(p.Restart) == 0 {
+		return nil
+	}
+	var why []string
+	for _, f := range p.Restart {
+		if r, ok := restartWhy[f]; ok {
+			why = append(why, f+": "+r)
+		}
+	}
+	msg := fmt.Sprintf("%s changed: the running agent cannot change %s; restart it (systemctl restart detour) to apply the file, or undo the change and reload",
+		strings.Join(p.Restart, ", "), plural(len(p.Restart)))
+	if len(why) > 0 {
+		msg += " (" + strings.Join(why, "; ") + ")"
+	}
+	return errors.New(msg)
+}
+
+// restartWhy explains the fields an operator most expects a reload to
+// apply.
+var restartWhy = map[string]string{
+	"peers": "the accepted public keys and the bootstrap addresses are read at start; " +
+		"sites joining without restarts come with the overlay's certificates",
+	"probe_interval": "failure detection is set up at start",
+	"max_probe_rate": "failure detection is set up at start",
+	"kv_pools":       "key-value pools cannot change at run time yet",
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return "this field"
+	}
+	return "these fields"
+}
+
+// live are the fields a reload applies: compared action by action, not as
+// a whole.
+var live = map[string]bool{"networks": true, "egress_rate": true, "underlay_mtu": true}
+
+// Diff returns the plan that takes a running agent from old to new. Both
+// must be valid configurations with defaults applied.
+func Diff(old, new *config.Agent) Plan {
+	var p Plan
+	p.Restart = restartFields(old, new)
+	p.Actions = networkActions(old.Networks, new.Networks)
+	if old.EgressRate != new.EgressRate {
+		p.Actions = append(p.Actions, Action{Kind: SetEgress, Rate: new.EgressRate})
+	}
+	if old.UnderlayMTU != new.UnderlayMTU {
+		p.Actions = append(p.Actions, Action{Kind: SetUnderlayMTU, MTU: new.UnderlayMTU})
+	}
+	sort.SliceStable(p.Actions, func(i, j int) bool { return p.Actions[i].Kind < p.Actions[j].Kind })
+	return p
+}
+
+// restartFields lists the top-level fields, other than the live ones,
+// that differ. Peers are among them: the accepted keys are fixed for a
+// session node's life, and the control node's bootstrap list for the
+// control node's.
+func restartFields(old, new *config.Agent) []string {
+	var out []string
+	ov, nv := reflect.ValueOf(*old), reflect.ValueOf(*new)
+	t := ov.Type()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name == "" || live[name] {
+			continue
+		}
+		if name == "private_key" && old.PrivateKeyFile != "" {
+			name = "private_key_file (its contents)"
+		}
+		if !reflect.DeepEqual(ov.Field(i).Interface(), nv.Field(i).Interface()) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// networkActions compares the networks by name.
+func networkActions(old, new []config.Network) []Action {
+	var out []Action
+	byName := map[string]config.Network{}
+	for _, n := range old {
+		byName[n.Name] = n
+	}
+	seen := map[string]bool{}
+	for _, n := range new {
+		seen[n.Name] = true
+		o, ok := byName[n.Name]
+		switch {
+		case !ok:
+			out = append(out, Action{Kind: AddNetwork, New: n})
+		case o == n:
+		case sameButRates(o, n):
+			out = append(out, Action{Kind: SetLimits, Old: o, New: n})
+		default:
+			out = append(out, Action{Kind: ReplaceNetwork, Old: o, New: n})
+		}
+	}
+	for _, o := range old {
+		if !seen[o.Name] {
+			out = append(out, Action{Kind: RemoveNetwork, Old: o})
+		}
+	}
+	return out
+}
+
+// sameButRates reports whether two settings of a network differ only in
+// what the shaper changes live.
+func sameButRates(a, b config.Network) bool {
+	a.MaxRate, a.MinRate, a.FloodRate = b.MaxRate, b.MinRate, b.FloodRate
+	return a == b
+}

@@ -1,0 +1,72 @@
+package reload
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/detour-overlay/detour/internal/config"
+)
+
+func parse(t *testing.T, doc string) *config.Agent {
+	t.Helper()
+	a, err := config.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+const base = `site: fujisawa
+listen: 127.0.0.1:4800
+egress_rate: 100mbit
+peers:
+  - {name: inagi, address: 127.0.0.2:4800}
+networks:
+  - {name: default, id: 1, tap: detour0}
+  - {name: red, id: 2, tap: dt-red, max_rate: 10mbit}
+  - {name: green, id: 3, tap: dt-green}
+`
+
+func describe(p Plan) string {
+	var s []string
+	for _, a := range p.Actions {
+		s = append(s, a.String())
+	}
+	return strings.Join(s, "; ")
+}
+
+func TestDiffNothing(t *testing.T) {
+	p := Diff(parse(t, base), parse(t, base))
+	if len(p.Actions)+len(p.Restart) != 0 || p.Err() != nil {
+		t.Errorf("the same file gives %q, restart %v", describe(p), p.Restart)
+	}
+}
+
+func TestDiffNetworks(t *testing.T) {
+	newer := strings.NewReplacer(
+		"  - {name: red, id: 2, tap: dt-red, max_rate: 10mbit}\n", "  - {name: red, id: 2, tap: dt-red, max_rate: 20mbit, min_rate: 1mbit}\n",
+		"  - {name: green, id: 3, tap: dt-green}\n", "  - {name: green, id: 4, tap: dt-green}\n  - {name: blue, id: 5, tap: dt-blue}\n",
+		"  - {name: default, id: 1, tap: detour0}\n", "",
+		"egress_rate: 100mbit", "egress_rate: 200mbit\nunderlay_mtu: 9000",
+	).Replace(base)
+	p := Diff(parse(t, base), parse(t, newer))
+	want := "remove network default (id 1); replace network green (id 3, tap dt-green) with id 4, tap dt-green; " +
+		"add network blue (id 5, tap dt-blue); set limits of network red: max_rate 20mbit, min_rate 1mbit, flood_rate 0; " +
+		"set egress_rate 200mbit; set underlay_mtu 9000"
+	if got := describe(p); got != want {
+		t.Errorf("plan\n%s\nwant\n%s", got, want)
+	}
+	if p.Err() != nil {
+		t.Errorf("live changes refused: %v", p.Err())
+	}
+}
+
+func TestDiffNeedsRestart(t *testing.T) {
+	newer := strings.NewReplacer("listen: 127.0.0.1:4800", "listen: 127.0.0.1:4801",
+		"address: 127.0.0.2:4800", "address: 127.0.0.3:4800", "egress_rate: 100mbit", "egress_rate: 100mbit\nprobe_interval: 200ms").Replace(base)
+	p := Diff(parse(t, base), parse(t, newer))
+	err := p.Err()
+	if err == nil || !strings.Contains(err.Error(), "listen, peers, probe_interval changed") || !strings.Contains(err.Error(), "restart") {
+		t.Errorf("restart fields %v, error %v", p.Restart, err)
+	}
+}
