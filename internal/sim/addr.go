@@ -46,3 +46,14 @@ func (n *Net) Seal() {
 		s.Key = k
 	}
 }
+
+// Move changes the source address of a running site's datagrams, as a
+// NAT that gives it a new mapping or a gateway that moved: datagrams come
+// from the new address and only the new address reaches it. Its core is
+// not told (it keeps advertising the address it was configured with).
+func (n *Net) Move(name string, addr netip.AddrPort) {
+	s := n.Site(name)
+	delete(n.byAddr, s.Addr)
+	s.Addr = addr
+	n.byAddr[addr] = s
+}

@@ -161,13 +161,20 @@ func (c *Core) Receive(now time.Time, from netip.AddrPort, pkt []byte) {
 		c.Handshake(now, from, pkt)
 		return
 	}
-	if c.sec != nil {
-		if pkt = c.sec.open(now, from, pkt, c.sendNow); pkt == nil {
-			return
+	if c.sec == nil {
+		if err := c.node.Receive(now, from, pkt); err != nil {
+			c.rejected++
 		}
+		return
 	}
-	if err := c.node.Receive(now, from, pkt); err != nil {
+	inner, site := c.sec.open(now, from, pkt, c.sendNow)
+	if inner != nil && c.node.Receive(now, from, inner) != nil {
 		c.rejected++
+	}
+	if site != 0 {
+		// After the datagram, whose hello may have set the advertised
+		// address: the source of authenticated datagrams wins.
+		c.node.Roam(now, site, from)
 	}
 }
 

@@ -62,28 +62,31 @@ func (s *secure) learn(site wire.SiteID, addr netip.AddrPort) {
 // open turns a received datagram into the control datagram the control
 // node should see, or nil. Handshake messages take their own path
 // (Core.Handshake).
-func (s *secure) open(now time.Time, from netip.AddrPort, pkt []byte, send func(netip.AddrPort, []byte)) []byte {
+// It also returns the authenticated site that sealed the datagram (zero
+// when none did), whose address the core follows (roaming), keepalives
+// included.
+func (s *secure) open(now time.Time, from netip.AddrPort, pkt []byte, send func(netip.AddrPort, []byte)) ([]byte, wire.SiteID) {
 	switch wire.Type(pkt[2]) {
 	case wire.TypeHandshakeInit, wire.TypeHandshakeResponse, wire.TypeCookieReply:
-		return nil // the handshake path's (Core.Handshake), never queued here
+		return nil, 0 // the handshake path's (Core.Handshake), never queued here
 	case wire.TypeSealed:
 		site, inner, err := s.node.OpenControl(pkt)
 		if err != nil {
-			return nil // counted by the session node
+			return nil, 0 // counted by the session node
 		}
 		s.learn(site, from)
 		s.release(now, site, send)
 		if len(inner) == 0 {
-			return nil // a keepalive
+			return nil, site // a keepalive
 		}
 		if !senderIs(inner, site) {
 			s.spoofed++
-			return nil
+			return nil, 0
 		}
-		return inner
+		return inner, site
 	}
 	s.unsealed++ // a control message in the clear: never trusted
-	return nil
+	return nil, 0
 }
 
 // senderIs reports whether a control datagram that names its sender names
