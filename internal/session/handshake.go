@@ -35,7 +35,7 @@ func (n *Node) staticKey() noise.DHKey {
 // handshake is under way, returns the initiation to send to it now.
 // Later retries and rekeys come from Tick.
 func (n *Node) Connect(now time.Time, site wire.SiteID) ([]byte, error) {
-	p := n.peers[site]
+	p := n.peer(site)
 	if p == nil {
 		return nil, ErrUnknownPeer
 	}
@@ -103,7 +103,7 @@ func (n *Node) HandleHandshake(now time.Time, pkt []byte) (Result, error) {
 		n.stats.badMAC1.Add(1)
 		return Result{}, ErrBadMAC1
 	}
-	p := n.peers[m.Sender]
+	p := n.peer(m.Sender)
 	if p == nil {
 		n.stats.unknownPeer.Add(1)
 		return Result{}, ErrUnknownPeer
@@ -226,7 +226,7 @@ func (n *Node) HandleCookieReply(now time.Time, pkt []byte) error {
 		n.stats.handshakeMalformed.Add(1)
 		return err
 	}
-	p := n.peers[r.Sender]
+	p := n.peer(r.Sender)
 	if p == nil {
 		n.stats.unknownPeer.Add(1)
 		return ErrUnknownPeer
@@ -252,7 +252,7 @@ func (n *Node) HandleCookieReply(now time.Time, pkt []byte) error {
 // returns the initiations to send.
 func (n *Node) Tick(now time.Time) []Output {
 	var out []Output
-	for _, p := range n.order {
+	for _, p := range n.peers.Load().order {
 		if pkt := n.tickPeer(now, p); pkt != nil {
 			out = append(out, Output{To: p.site, Packet: pkt})
 		}
