@@ -17,6 +17,7 @@ package sim
 
 import (
 	"container/heap"
+	"crypto/ed25519"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -50,6 +51,9 @@ type Site struct {
 	Config control.Config
 	// Key is the site's private key (on a sealed network).
 	Key keys.PrivateKey
+	// Cert is the site's certificate on a SealedCA network; nil means one
+	// made by Certify at its start.
+	Cert []byte
 	// Core is the site's core; Node is its control node, for the views.
 	Core *site.Core
 	Node *control.Node
@@ -77,6 +81,7 @@ type Net struct {
 	now     time.Time
 	seed    uint64
 	sealed  bool
+	caKey   ed25519.PrivateKey // the overlay CA of a SealedCA network
 	rng     *rand.Rand
 	sites   []*Site
 	byAddr  map[netip.AddrPort]*Site
@@ -218,6 +223,10 @@ func (n *Net) Start(name string) error {
 func (n *Net) siteConfig(s *Site) site.Config {
 	cfg := site.Config{Control: s.Config}
 	if !n.sealed {
+		return cfg
+	}
+	if n.caKey != nil {
+		cfg.Secure = n.caSecure(s)
 		return cfg
 	}
 	sec := &site.Secure{Private: s.Key, Peers: map[wire.SiteID]keys.PublicKey{}, Addrs: map[wire.SiteID]netip.AddrPort{},

@@ -29,6 +29,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/detour-overlay/detour/internal/ca"
 	"github.com/detour-overlay/detour/internal/control"
 	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/routing"
@@ -60,6 +61,13 @@ type Secure struct {
 	// Rand supplies ephemeral keys and key ids; nil means crypto/rand.
 	// A seeded source makes a simulated run repeat exactly.
 	Rand io.Reader
+	// Authority, when not nil, is the overlay CA: any site presenting a
+	// certificate it verifies is accepted besides Peers, and its
+	// revocations are applied and flooded (see trust.go).
+	Authority *ca.Authority
+	// Certificate is this site's certificate (package ca's encoding),
+	// presented to the sites that may not know its key.
+	Certificate []byte
 }
 
 // Ready is everything the core asks of its shell since the last call to
@@ -161,6 +169,10 @@ func (c *Core) Receive(now time.Time, from netip.AddrPort, pkt []byte) {
 		c.Handshake(now, from, pkt)
 		return
 	}
+	if c.sec != nil && wire.Type(pkt[2]) == wire.TypeCertificate {
+		c.onCertificate(now, from, pkt)
+		return
+	}
 	if c.sec == nil {
 		if err := c.node.Receive(now, from, pkt); err != nil {
 			c.rejected++
@@ -168,7 +180,11 @@ func (c *Core) Receive(now time.Time, from netip.AddrPort, pkt []byte) {
 		return
 	}
 	inner, site := c.sec.open(now, from, pkt, c.sendNow)
-	if inner != nil && c.node.Receive(now, from, inner) != nil {
+	switch {
+	case inner == nil:
+	case len(inner) >= wire.CommonHeaderLen && wire.Type(inner[2]) == wire.TypeRevocation:
+		c.onRevocation(now, site, inner)
+	case c.node.Receive(now, from, inner) != nil:
 		c.rejected++
 	}
 	if site != 0 {

@@ -23,6 +23,8 @@ type secure struct {
 	// addresses handshakes came from.
 	byAddr map[netip.AddrPort]wire.SiteID
 	addrOf map[wire.SiteID]netip.AddrPort
+	// trust admits sites by certificate and applies revocations.
+	trust *trust
 	// Counters for the API and metrics.
 	unsealed, spoofed, unknownDest, pendingDropped uint64
 }
@@ -46,6 +48,9 @@ func newSecure(self wire.SiteID, cfg *Secure) (*secure, error) {
 		s.learn(id, ap)
 	}
 	var err error
+	if s.trust, err = newTrust(self, cfg.Authority, cfg.Certificate); err != nil {
+		return nil, err
+	}
 	s.node, err = session.NewNode(session.Config{Self: self, Private: cfg.Private, Peers: cfg.Peers, Rand: cfg.Rand})
 	return s, err
 }
@@ -109,14 +114,21 @@ func (s *secure) seal(now time.Time, msgs []Datagram, members func() map[wire.Si
 				s.learn(id, a)
 			}
 			if site, ok = s.byAddr[m.To]; !ok {
+				// A bootstrap address known by address only: show it
+				// this site's certificate and ask for its own.
 				s.unknownDest++
+				s.trust.present(now, m.To, true, send)
 				continue
 			}
 		}
 		if !s.node.Ready(site) {
 			s.enqueue(now, site, m.Payload)
-			if init, err := s.node.Connect(now, site); err == nil && init != nil {
+			init, err := s.node.Connect(now, site)
+			switch {
+			case err == nil && init != nil:
 				send(m.To, init)
+			case unknownPeer(err):
+				s.trust.present(now, m.To, true, send)
 			}
 			continue
 		}
@@ -196,6 +208,9 @@ func (s *secure) counters() map[string]uint64 {
 		"control_spoofed_sender":      s.spoofed,
 		"control_unknown_destination": s.unknownDest,
 		"control_pending_dropped":     s.pendingDropped,
+		"session_admitted":            st.Admitted,
+		"session_removed":             st.Removed,
 	}
+	s.trust.counters(out)
 	return out
 }
