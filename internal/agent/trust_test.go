@@ -23,7 +23,9 @@ import (
 // CA's public key, its certificate file and alpha's address.
 func startCAAgent(t *testing.T, nw *transport.FakeNetwork, caKey ed25519.PrivateKey, name string, i int) *testSite {
 	t.Helper()
-	addr := func(i int) string { return netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)}), 4800).String() }
+	addr := func(i int) string {
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)}), 4800).String()
+	}
 	priv, _ := keys.Generate(nil)
 	now := time.Now()
 	cert, err := ca.Sign(caKey, &ca.Certificate{Name: name, Key: priv.Public(), Issued: now, Expires: now.Add(time.Hour)})
