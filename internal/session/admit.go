@@ -36,7 +36,7 @@ func (n *Node) Accepts(site wire.SiteID) (keys.PublicKey, bool) {
 // handshake replaces them, so a rotation loses nothing in flight. It
 // reports whether the set changed.
 func (n *Node) Admit(site wire.SiteID, pub keys.PublicKey) (bool, error) {
-	if site == n.self || site == 0 || pub.IsZero() || pub == n.public {
+	if site == n.self || site == 0 || pub.IsZero() || pub == n.PublicKey() {
 		return false, fmt.Errorf("session: cannot admit site %v with this key", site)
 	}
 	n.peersMu.Lock()

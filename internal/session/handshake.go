@@ -3,6 +3,7 @@ package session
 import (
 	"crypto/subtle"
 	"encoding/binary"
+	"slices"
 	"time"
 
 	"github.com/flynn/noise"
@@ -28,7 +29,9 @@ type Result struct {
 
 // staticKey returns this node's key pair in flynn/noise's form.
 func (n *Node) staticKey() noise.DHKey {
-	return noise.DHKey{Private: n.static[:], Public: n.public[:]}
+	n.idMu.RLock()
+	defer n.idMu.RUnlock()
+	return noise.DHKey{Private: slices.Clone(n.static[:]), Public: slices.Clone(n.public[:])}
 }
 
 // Connect marks site as wanted and, unless a session exists or a
@@ -272,7 +275,9 @@ func (n *Node) tickPeer(now time.Time, p *peer) []byte {
 		p.dropAll()
 		n.stats.expired.Add(1)
 	}
-	if !n.needHandshake(now, p) {
+	if !n.needHandshake(now, p) && p.hs == nil {
+		// (An initiation under way while a session is current, as after
+		// Rotate, is retried like any other.)
 		return nil
 	}
 	if p.hs == nil {

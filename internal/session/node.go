@@ -105,6 +105,7 @@ type Output struct {
 // called concurrently with them and with each other, and do not allocate.
 type Node struct {
 	self   wire.SiteID
+	idMu   sync.RWMutex // guards static and public, which Rotate changes
 	static keys.PrivateKey
 	public keys.PublicKey
 	rand   io.Reader
@@ -159,7 +160,11 @@ func (n *Node) Checker() *CookieChecker { return n.checker }
 func (n *Node) Self() wire.SiteID { return n.self }
 
 // PublicKey returns this site's public key.
-func (n *Node) PublicKey() keys.PublicKey { return n.public }
+func (n *Node) PublicKey() keys.PublicKey {
+	n.idMu.RLock()
+	defer n.idMu.RUnlock()
+	return n.public
+}
 
 // Ready reports whether this site can send to site now (it has a
 // confirmed session with it).

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/detour-overlay/detour/internal/ca"
+	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/site"
 )
 
@@ -182,6 +183,71 @@ func TestCARevocationReachesAllWithin2s(t *testing.T) {
 		}
 		if got := s.Core.Counters()["trust_revocations_applied"]; got != 1 {
 			t.Errorf("%s applied %d revocations, want 1", name, got)
+		}
+	}
+}
+
+// TestCARotationWithoutGaps: C takes a new key and a certificate for it
+// while the overlay runs. Within 2 s every site holds C's new key and a
+// session made with it, with no control datagram refused in between, C
+// alive everywhere throughout and no route changed.
+func TestCARotationWithoutGaps(t *testing.T) {
+	n := caTriangle(t, 14)
+	n.RunFor(2 * time.Second)
+	before := map[string]map[string]uint64{}
+	for _, s := range n.Sites() {
+		before[s.Name] = s.Core.Counters()
+	}
+	changes := len(n.Changes)
+	c := n.Site("C")
+	newKey, _ := keys.Generate(n.seeded(7, 7))
+	cert := n.Certify("C", newKey.Public(), n.Now())
+	at := n.Now()
+	n.Do("C", func(core *site.Core, now time.Time) {
+		if err := core.Rotate(now, newKey, cert); err != nil {
+			t.Fatal(err)
+		}
+	})
+	gap := false
+	rotated := func() bool {
+		for _, name := range []string{"A", "R"} {
+			s := n.Site(name)
+			for _, m := range s.Node.Members() {
+				if m.Name == "C" && m.State != "alive" {
+					gap = true
+				}
+			}
+			if k, ok := s.Core.Sessions().Accepts(c.ID); !ok || k != newKey.Public() {
+				return false
+			}
+		}
+		return c.Core.Sessions().Stats().Established > before["C"]["session_established"]
+	}
+	if !n.RunUntil(at.Add(2*time.Second), rotated) {
+		t.Fatalf("the new key is not in use everywhere 2 s after the rotation")
+	}
+	t.Logf("rotated everywhere after %v", n.Now().Sub(at))
+	n.RunFor(5 * time.Second)
+	if gap {
+		t.Errorf("C was not alive everywhere during the rotation")
+	}
+	for _, s := range n.Sites() {
+		now := s.Core.Counters()
+		for _, k := range []string{"session_auth_failures", "session_no_session", "session_replays", "control_pending_dropped", "session_unknown_peer"} {
+			if now[k] != before[s.Name][k] {
+				t.Errorf("%s: %s went from %d to %d", s.Name, k, before[s.Name][k], now[k])
+			}
+		}
+	}
+	if len(n.Changes) != changes {
+		t.Errorf("the rotation changed routes: %+v", n.Changes[changes:])
+	}
+	// Sessions keep working on the new key: every pair is ready.
+	for _, s := range n.Sites() {
+		for _, o := range n.Sites() {
+			if o != s && !s.Core.Sessions().Ready(o.ID) {
+				t.Errorf("%s has no session with %s after the rotation", s.Name, o.Name)
+			}
 		}
 	}
 }

@@ -1,12 +1,14 @@
 package site
 
 import (
+	"errors"
 	"maps"
 	"net/netip"
 	"slices"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/ca"
+	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/session"
 	"github.com/detour-overlay/detour/internal/wire"
 )
@@ -178,3 +180,41 @@ func (t *trust) counters(out map[string]uint64) {
 
 // unknownPeer reports whether err says a site is not in the accepted set.
 func unknownPeer(err error) bool { return err == session.ErrUnknownPeer }
+
+// Rotate gives this site a new key and its certificate (package ca's
+// encoding, for the new key): the certificate is sent to every member, and
+// a handshake with the new key starts with each of them at once, while
+// the sessions made with the old key carry traffic until the new ones
+// replace them (session.Node.Rotate), so nothing is lost.
+func (c *Core) Rotate(now time.Time, priv keys.PrivateKey, cert []byte) error {
+	if c.sec == nil {
+		return errors.New("site: rotating a key needs a sealed site")
+	}
+	now = c.observe(now)
+	t, err := newTrust(c.node.ID(), c.sec.trust.auth, cert)
+	if err != nil {
+		return err
+	}
+	if t.auth != nil {
+		got, err := t.auth.Verify(cert, now)
+		if err != nil {
+			return err
+		}
+		if got.Key != priv.Public() || wire.SiteIDFromName(got.Name) != c.node.ID() {
+			return errors.New("site: the certificate is not for this site's new key")
+		}
+	}
+	old := c.sec.trust
+	old.cert, old.certReply = t.cert, t.certReply
+	clear(old.presented)
+	addrs := c.memberAddrs()
+	for _, site := range slices.Sorted(maps.Keys(addrs)) {
+		old.present(now, addrs[site], false, c.sendNow)
+	}
+	for _, o := range c.sec.node.Rotate(now, priv) {
+		if addr, ok := c.sec.addrOf[o.To]; ok {
+			c.sendNow(addr, o.Packet)
+		}
+	}
+	return nil
+}
