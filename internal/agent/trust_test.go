@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"context"
 	"crypto/ed25519"
 	"io"
@@ -87,6 +88,35 @@ func TestAgentsJoinAndRevokeByCertificate(t *testing.T) {
 	sites[1].dev.Inject(ethernet(0xff, 0xd, "delta's hello"))
 	sites[1].dev.Inject(uni)
 	receive(t, sites[3], uni)
+
+	// Gamma rotates its key under a stream of frames to delta: none lost.
+	newKey, _ := keys.Generate(nil)
+	cert, _ := ca.Sign(caKey, &ca.Certificate{Name: "gamma", Key: newKey.Public(), Issued: time.Now(), Expires: time.Now().Add(time.Hour)})
+	sites[3].dev.Inject(ethernet(0xff, 0xd, "delta's hello"))
+	const frames = 200
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range frames {
+			sites[2].dev.Inject(ethernet(0xd, 0xc, fmt.Sprintf("gamma to delta %03d", i)))
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := sites[2].a.Rotate(newKey.String(), ca.Encode(cert)); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	for i := range frames {
+		receive(t, sites[3], ethernet(0xd, 0xc, fmt.Sprintf("gamma to delta %03d", i)))
+	}
+	gammaID := wire.SiteIDFromName("gamma")
+	for _, s := range []*testSite{sites[0], sites[1], sites[3]} {
+		if k, _ := s.a.sec.Accepts(gammaID); k != newKey.Public() {
+			t.Errorf("%s does not hold gamma's new key", s.name)
+		}
+	}
+	t.Logf("gamma rotated its key under %d frames to delta, all delivered in order", frames)
 
 	rev, _ := ca.SignRevocation(caKey, &ca.Revocation{Name: "delta", At: time.Now()})
 	at := time.Now()
