@@ -1,9 +1,9 @@
 package agent
 
 import (
-	"fmt"
 	"context"
 	"crypto/ed25519"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
