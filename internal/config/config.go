@@ -345,8 +345,10 @@ func validateListen(a *Agent, pr *Problems) {
 		if err != nil || ap.Port() == 0 || ap.Addr().IsUnspecified() {
 			pr.add("advertise", "%q is not a reachable IP:port address", a.Advertise)
 		}
-	} else if lp.Addr().IsUnspecified() {
-		pr.add("advertise", "missing: listen is a wildcard address, so peers need an advertised IP:port")
+	} else if lp.Addr().IsUnspecified() && !a.Encrypted() {
+		// Encrypted sites follow the source of authenticated datagrams, so
+		// a site behind NAT needs no address of its own (docs/membership.md).
+		pr.add("advertise", "missing: listen is a wildcard address, so peers need an advertised IP:port (or a private_key: encrypted sites follow a site's source address, as behind NAT)")
 	}
 }
 

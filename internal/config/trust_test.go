@@ -30,3 +30,13 @@ func TestTrustSection(t *testing.T) {
 		}
 	}
 }
+
+// TestNATedSiteNeedsNoAdvertise: an encrypted site may listen on a
+// wildcard without an advertised address (behind NAT); one in the clear
+// may not.
+func TestNATedSiteNeedsNoAdvertise(t *testing.T) {
+	doc := "site: edge\nlisten: 0.0.0.0:4800\nprivate_key: " + privA + "\npeers:\n  - name: a\n    address: 198.18.0.1:4800\n    public_key: " + pubB + "\n"
+	if _, err := Parse([]byte(doc)); err != nil {
+		t.Errorf("encrypted site behind NAT: %v", err)
+	}
+}

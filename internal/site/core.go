@@ -317,7 +317,7 @@ func (c *Core) Ready(now time.Time) Ready {
 	} else {
 		c.send = append(c.send, out...)
 	}
-	rd := Ready{Send: c.send, Switches: c.node.Switches(), Rejected: c.rejected}
+	rd := Ready{Send: sendable(c.send), Switches: c.node.Switches(), Rejected: c.rejected}
 	c.send, c.rejected = nil, 0
 	if t := c.node.Table(); t != c.table {
 		rd.Table, rd.Gone = t, c.advance(t)
@@ -356,6 +356,20 @@ func (c *Core) memberAddrs() map[wire.SiteID]netip.AddrPort {
 	for _, m := range c.node.Members() {
 		if !m.Self && m.Addr.IsValid() {
 			out[m.ID] = m.Addr
+		}
+	}
+	return out
+}
+
+// sendable drops, in place, the datagrams to no address or to an
+// unspecified one (the advertised address of a site behind NAT that has
+// none, before its datagrams show where it is): sent, they would reach
+// this very host.
+func sendable(ds []Datagram) []Datagram {
+	out := ds[:0]
+	for _, d := range ds {
+		if d.To.IsValid() && !d.To.Addr().IsUnspecified() && d.To.Port() != 0 {
+			out = append(out, d)
 		}
 	}
 	return out
