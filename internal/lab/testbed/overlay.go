@@ -300,7 +300,7 @@ func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.Priv
 	site := st.Sites[i]
 	a := config.Agent{
 		Site:   site.Name,
-		Listen: fmt.Sprintf("%s:%d", site.Underlay, agentPort),
+		Listen: agentAddr(st, site),
 		API:    config.DefaultAPI,
 		// Every namespace sees the same file system, so each agent has
 		// its own socket: the one the CLI finds by default in the
@@ -320,7 +320,7 @@ func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.Priv
 		if j == i {
 			continue
 		}
-		p := config.Peer{Name: peer.Name, Address: fmt.Sprintf("%s:%d", peer.Underlay, agentPort)}
+		p := config.Peer{Name: peer.Name, Address: agentAddr(st, peer)}
 		if privs != nil {
 			p.PublicKey = privs[j].Public().String()
 		}
