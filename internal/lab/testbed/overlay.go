@@ -316,11 +316,12 @@ func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.Priv
 	if privs != nil {
 		a.PrivateKey = privs[i].String()
 	}
+	natAgent(sc, i, &a)
 	for j, peer := range st.Sites {
 		if j == i {
 			continue
 		}
-		p := config.Peer{Name: peer.Name, Address: agentAddr(st, peer)}
+		p := config.Peer{Name: peer.Name, Address: peerAddr(st, sc, j)}
 		if privs != nil {
 			p.PublicKey = privs[j].Public().String()
 		}

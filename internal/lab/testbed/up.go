@@ -170,6 +170,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	}{
 		{"namespaces", func() error { return createSites(st) }},
 		{"underlay " + o.Underlay, func() error { return startUnderlay(ctx, st, o) }},
+		{"NAT", func() error { return setupNAT(st, sc, o) }},
 		{"overlay " + o.Overlay, func() error { return startOverlay(ctx, st, sc, o) }},
 	}
 	for _, s := range steps {
