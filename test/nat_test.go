@@ -22,8 +22,8 @@ func TestOverlayNATPair(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t0 := time.Now()
 	o := upOverlay(t, scen, "--overlay", "detour")
+	t0 := time.Now()
 	osaka := o.idx("Osaka")
 	first, firstAt := "", time.Duration(0)
 	for time.Since(t0) < 20*time.Second {
@@ -35,7 +35,7 @@ func TestOverlayNATPair(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("Osaka -> Sendai: first path %q %.2f s after the testbed was asked up; direct both ways after %.2f s", first, firstAt.Seconds(), time.Since(t0).Seconds())
+	t.Logf("Osaka -> Sendai: first path %q %.2f s after the testbed was up; direct both ways after %.2f s", first, firstAt.Seconds(), time.Since(t0).Seconds())
 	if p := o.path(osaka, "Sendai"); p != "Sendai" {
 		t.Fatalf("Osaka's path to Sendai is %q 20 s after up, want the punched direct link", p)
 	}
