@@ -34,8 +34,49 @@ type trust struct {
 	// revocations are the accepted revocation messages, given to every
 	// site admitted later, so a site that was away learns them.
 	revocations [][]byte
+	// verified remembers the certificates verified, by their bytes, so
+	// that one presented again costs no signature check; budget and
+	// budgetAt bound the signature checks of certificates not seen before
+	// to maxVerifyRate a second, so a flood of forged certificates in the
+	// clear cannot take the control loop's time.
+	verified map[string]time.Time
+	budget   int
+	budgetAt time.Time
 	// Counters.
-	certsAccepted, certsRefused, revocationsApplied, revocationsRefused uint64
+	certsAccepted, certsRefused, certsThrottled, revocationsApplied, revocationsRefused uint64
+}
+
+// maxVerifyRate is the most certificates not seen before whose signature
+// a site checks in a second.
+const maxVerifyRate = 100
+
+// verify checks a certificate, from the cache when its bytes were
+// verified before (and are still valid at now), within the budget
+// otherwise; ok is false when the budget is spent.
+func (t *trust) verify(body []byte, now time.Time) (cert ca.Certificate, ok bool, err error) {
+	if exp, hit := t.verified[string(body)]; hit && now.Before(exp) {
+		c, err := ca.ParseCertificate(body)
+		if err == nil && t.auth.Revoked(c.Name, c.Issued) {
+			err = ca.ErrRevoked
+		}
+		return c, true, err
+	}
+	if now.Sub(t.budgetAt) >= time.Second {
+		t.budget, t.budgetAt = maxVerifyRate, now
+	}
+	if t.budget <= 0 {
+		t.certsThrottled++
+		return cert, false, nil
+	}
+	t.budget--
+	cert, err = t.auth.Verify(body, now)
+	if err == nil {
+		if len(t.verified) >= 4096 {
+			clear(t.verified)
+		}
+		t.verified[string(body)] = cert.Expires
+	}
+	return cert, true, err
 }
 
 // presentInterval is the least time between two certificates sent to one
@@ -45,7 +86,8 @@ const presentInterval = 500 * time.Millisecond
 // newTrust returns the trust state of a site with the given authority and
 // certificate (either may be missing).
 func newTrust(self wire.SiteID, auth *ca.Authority, cert []byte) (*trust, error) {
-	t := &trust{auth: auth, issued: map[wire.SiteID]time.Time{}, presented: map[netip.AddrPort]time.Time{}}
+	t := &trust{auth: auth, issued: map[wire.SiteID]time.Time{}, presented: map[netip.AddrPort]time.Time{},
+		verified: map[string]time.Time{}}
 	if len(cert) > 0 {
 		var err error
 		if t.cert, err = wire.AppendTrust(nil, wire.TypeCertificate, 0, self, cert); err != nil {
@@ -85,7 +127,10 @@ func (c *Core) onCertificate(now time.Time, from netip.AddrPort, pkt []byte) {
 		c.sec.trust.certsRefused++
 		return
 	}
-	cert, err := t.auth.Verify(body, now)
+	cert, ok, err := t.verify(body, now)
+	if !ok {
+		return // over the budget: the sender presents again later
+	}
 	if err != nil || wire.SiteIDFromName(cert.Name) != sender || sender == c.node.ID() {
 		t.certsRefused++
 		return
@@ -174,6 +219,7 @@ func (c *Core) revoke(now time.Time, msg []byte, from wire.SiteID) error {
 func (t *trust) counters(out map[string]uint64) {
 	out["trust_certificates_accepted"] = t.certsAccepted
 	out["trust_certificates_refused"] = t.certsRefused
+	out["trust_certificates_throttled"] = t.certsThrottled
 	out["trust_revocations_applied"] = t.revocationsApplied
 	out["trust_revocations_refused"] = t.revocationsRefused
 }
