@@ -225,9 +225,15 @@ func (a *Agent) siteConfig() (site.Config, error) {
 	}
 	sec := &site.Secure{Private: priv, Peers: map[wire.SiteID]keys.PublicKey{}, Addrs: configuredAddrs(a.cfg)}
 	for _, p := range a.cfg.Peers {
+		if p.PublicKey == "" {
+			continue // a bootstrap address of an overlay with a CA
+		}
 		if sec.Peers[wire.SiteIDFromName(p.Name)], err = keys.ParsePublic(p.PublicKey); err != nil {
 			return cfg, err
 		}
+	}
+	if err := addTrust(a.cfg, sec, time.Now()); err != nil {
+		return cfg, err
 	}
 	cfg.Secure = sec
 	return cfg, nil

@@ -50,9 +50,7 @@ func (a *Agent) underlayMTU() int {
 // the listen address's IP version: wire.InnerMTU, whose comment draws
 // the packet.
 func (a *Agent) innerMTU(underlay int) int {
-	ap, err := netip.ParseAddrPort(a.cfg.Listen)
-	ipv6 := err == nil && ap.Addr().Is6() && !ap.Addr().Is4In6()
-	return wire.InnerMTU(underlay, a.cfg.MaxHops, a.sec != nil, ipv6)
+	return wire.InnerMTU(underlay, a.cfg.MaxHops, a.sec != nil, underlayIPv6(a.cfg))
 }
 
 // updateMSS sets the data path's MSS clamp from the current underlay MTU.

@@ -121,6 +121,7 @@ func (s *Server) reads(mux *http.ServeMux) {
 
 func (s *Server) changes(mux *http.ServeMux) {
 	b := s.b
+	s.trustChanges(mux)
 	mux.HandleFunc("POST /v1/pins", func(w http.ResponseWriter, r *http.Request) {
 		var p Pin
 		if err := decode(r, &p); err != nil {

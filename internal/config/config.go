@@ -108,6 +108,8 @@ type Agent struct {
 	// KVPools are memcached pools behind virtual addresses, routed by key
 	// at every gateway (see KVPool).
 	KVPools []KVPool `yaml:"kv_pools,omitempty"`
+	// Trust admits sites by certificate of an overlay CA (trust.go).
+	Trust Trust `yaml:"trust,omitempty"`
 	// TestClockOffset shifts this agent's clock; it exists only so tests can
 	// show that routing needs no synchronised clocks.
 	TestClockOffset time.Duration `yaml:"test_clock_offset,omitempty"`
@@ -296,6 +298,7 @@ func (a *Agent) Validate() error {
 	validateListen(a, &pr)
 	validatePeers(a, &pr)
 	validateKeys(a, &pr)
+	validateTrust(a, &pr)
 	validateNetworks(a.Networks, &pr)
 	validateAPI(a, &pr)
 	if a.ProbeInterval < 10*time.Millisecond || a.ProbeInterval > 5*time.Second {
@@ -351,8 +354,10 @@ func validateListen(a *Agent, pr *Problems) {
 		if err != nil || ap.Port() == 0 || ap.Addr().IsUnspecified() {
 			pr.add("advertise", "%q is not a reachable IP:port address", a.Advertise)
 		}
-	} else if lp.Addr().IsUnspecified() {
-		pr.add("advertise", "missing: listen is a wildcard address, so peers need an advertised IP:port")
+	} else if lp.Addr().IsUnspecified() && !a.Encrypted() {
+		// Encrypted sites follow the source of authenticated datagrams, so
+		// a site behind NAT needs no address of its own (docs/membership.md).
+		pr.add("advertise", "missing: listen is a wildcard address, so peers need an advertised IP:port (or a private_key: encrypted sites follow a site's source address, as behind NAT)")
 	}
 }
 
@@ -425,7 +430,7 @@ func validateKeys(a *Agent, pr *Problems) {
 	for i, p := range a.Peers {
 		field := fmt.Sprintf("peers[%d].public_key", i)
 		switch {
-		case p.PublicKey == "" && encrypted:
+		case p.PublicKey == "" && encrypted && !a.Trust.Enabled():
 			pr.add(field, "missing: with a private key, every peer needs its public key (site %q)", p.Name)
 		case p.PublicKey != "" && !encrypted:
 			missingOwn = true

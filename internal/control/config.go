@@ -16,7 +16,9 @@ import (
 type Config struct {
 	// Name is this site's name; its wire ID is wire.SiteIDFromName(Name).
 	Name string
-	// Advertise is the underlay address other sites send to.
+	// Advertise is the underlay address other sites send to; an
+	// unspecified address (0.0.0.0 or ::) says the site does not know its
+	// own, as behind NAT.
 	Advertise netip.AddrPort
 	// Bootstrap lists addresses of sites to join through; any one live
 	// member is enough. Empty for the first site.
@@ -111,7 +113,10 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Name == "" || len(c.Name) > wire.MaxNameLen:
 		return configErr("site name must have 1 to %d bytes, got %q", wire.MaxNameLen, c.Name)
-	case !c.Advertise.IsValid() || c.Advertise.Port() == 0 || c.Advertise.Addr().IsUnspecified():
+	case !c.Advertise.IsValid() || c.Advertise.Port() == 0:
+		// (An unspecified address is allowed: a site behind NAT does not
+		// know its own, and sealed sites follow the source of its
+		// datagrams; the site core never sends to an unspecified one.)
 		return configErr("advertise address %v is not a usable address:port", c.Advertise)
 	case c.ProbeInterval <= 0 || c.DownProbeInterval <= 0:
 		return configErr("probe intervals must be positive")

@@ -47,6 +47,9 @@ type Counters struct {
 	Switches uint64 // route changes made by this node
 	// Refreshes counts recomputations of liveness, link state and routes.
 	Refreshes uint64
+	// Roamed counts the members whose address followed the source of
+	// their authenticated datagrams (Roam).
+	Roamed uint64
 }
 
 // DroppedByKind returns the non-zero drop counters by name.

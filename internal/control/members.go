@@ -35,9 +35,12 @@ func (s State) String() string {
 }
 
 type member struct {
-	id        wire.SiteID
-	name      string
-	addr      netip.AddrPort
+	id   wire.SiteID
+	name string
+	addr netip.AddrPort
+	// alt is where a member list says the member is, when that differs
+	// from addr while the member is heard from (see relearnAddr).
+	alt       netip.AddrPort
 	inc       uint64
 	state     State
 	since     time.Time
@@ -86,6 +89,8 @@ func (n *Node) learn(now time.Time, rec *wire.Member, direct bool) (*member, boo
 		if direct {
 			m.addr = rec.Addr
 			n.heard(now, m)
+		} else {
+			n.relearnAddr(now, m, rec)
 		}
 		return m, false, nil
 	}

@@ -353,6 +353,7 @@ func (n *Node) probe(now time.Time) {
 		if m.nextProbe.Before(now) {
 			m.nextProbe = now.Add(iv)
 		}
+		n.takeAlt(now, m)
 		seq, stamp := m.link.Probe(now)
 		n.emit(m.addr, buildProbe(n.self, m.id, seq, stamp))
 	}

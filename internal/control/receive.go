@@ -275,7 +275,10 @@ func (n *Node) onHello(now time.Time, from netip.AddrPort, pkt []byte) error {
 		return err
 	}
 	if fresh || flags&wire.HelloFlagReply != 0 {
-		n.sendMembers(m.addr)
+		// To where the hello came from: a site behind NAT advertises an
+		// address that reaches nothing (the shell then follows its
+		// source, see Roam).
+		n.sendMembers(from)
 	}
 	if fresh {
 		n.refreshSoon(now)
@@ -292,6 +295,12 @@ func (n *Node) onMembers(now time.Time, from netip.AddrPort, pkt []byte) error {
 	var firstErr error
 	changed := false
 	for i := range recs {
+		if recs[i].ID == sender && recs[i].Addr != from {
+			// A site's own record with an address it is not sending
+			// from (behind NAT): what it claims counts less than where its
+			// datagrams come from (Roam).
+			recs[i].Addr = from
+		}
 		m, fresh, err := n.learn(now, &recs[i], recs[i].ID == sender && recs[i].Addr == from)
 		if err != nil && firstErr == nil {
 			firstErr = err

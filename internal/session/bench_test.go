@@ -108,9 +108,9 @@ func BenchmarkHandshake(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		now = now.Add(time.Second)
-		n[0].peers[2].mu.Lock()
-		init, _ := n[0].initiate(now, n[0].peers[2], true)
-		n[0].peers[2].mu.Unlock()
+		n[0].peer(2).mu.Lock()
+		init, _ := n[0].initiate(now, n[0].peer(2), true)
+		n[0].peer(2).mu.Unlock()
 		res, err := n[1].HandleHandshake(now, init)
 		if err != nil {
 			b.Fatal(err)

@@ -45,7 +45,7 @@ func (n *Node) OpenControl(pkt []byte) (wire.SiteID, []byte, error) {
 		n.stats.malformed.Add(1)
 		return 0, nil, err
 	}
-	p := n.peers[m.Sender]
+	p := n.peer(m.Sender)
 	if p == nil {
 		n.stats.unknownPeer.Add(1)
 		return 0, nil, ErrUnknownPeer

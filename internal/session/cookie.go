@@ -93,6 +93,9 @@ type CookieChecker struct {
 	secret   [blake2s.Size]byte
 	secretAt time.Time
 	hasSec   bool
+	// prevMAC1 checks mac1 for the key before the last rotation (nil
+	// before any; see rotate.go).
+	prevMAC1 hash.Hash
 }
 
 // NewCookieChecker returns the checker of the site self with public key
@@ -114,7 +117,7 @@ func (c *CookieChecker) CheckMAC1(pkt []byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	mac(c.mac1, &c.sum, pkt[:o1])
-	return subtle.ConstantTimeCompare(c.sum[:], pkt[o1:o2]) == 1
+	return subtle.ConstantTimeCompare(c.sum[:], pkt[o1:o2]) == 1 || c.checkPrevMAC1(pkt, o1, o2)
 }
 
 // CheckMAC2 reports whether pkt carries a valid mac2: one made with the

@@ -52,7 +52,7 @@ func (n *Node) SealData(b []byte, h *wire.DataHeader, frameLen int) (int, error)
 // sendKey returns the current keypair of site, or ErrNoSession after
 // marking the site as wanted so that the next Tick starts a handshake.
 func (n *Node) sendKey(site wire.SiteID) (*keypair, error) {
-	p := n.peers[site]
+	p := n.peer(site)
 	if p == nil {
 		n.stats.unknownPeer.Add(1)
 		return nil, ErrUnknownPeer
@@ -130,7 +130,7 @@ func (n *Node) checkHop(b []byte, h *wire.DataHeader, s *wire.SealedData) error 
 	if h.Hop > 0 {
 		prev = h.Path[h.Hop-1]
 	}
-	p := n.peers[prev]
+	p := n.peer(prev)
 	if p == nil {
 		n.stats.unknownPeer.Add(1)
 		return ErrUnknownPeer
@@ -176,7 +176,7 @@ func (n *Node) OpenData(b []byte, h *wire.DataHeader, off int) ([]byte, error) {
 		n.stats.malformed.Add(1)
 		return nil, err
 	}
-	p := n.peers[h.Source]
+	p := n.peer(h.Source)
 	if p == nil {
 		n.stats.unknownPeer.Add(1)
 		return nil, ErrUnknownPeer

@@ -9,7 +9,7 @@ import "github.com/detour-overlay/detour/internal/wire"
 // site without a bootstrap address would otherwise never learn it has to
 // handshake again (package site, Core.forgetDown).
 func (n *Node) Forget(site wire.SiteID) {
-	p := n.peers[site]
+	p := n.peer(site)
 	if p == nil {
 		return
 	}

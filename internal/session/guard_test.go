@@ -44,7 +44,7 @@ func keyedFlooder(t testing.TB, b *Node) *Node {
 // keyedInit returns a fresh initiation from the flooder.
 func keyedInit(t testing.TB, f *Node, now time.Time, to wire.SiteID) []byte {
 	t.Helper()
-	f.peers[to].clearPending()
+	f.peer(to).clearPending()
 	init, err := f.Connect(now, to)
 	if err != nil || init == nil {
 		t.Fatalf("flooder Connect: %v", err)

@@ -3,6 +3,7 @@ package session
 import (
 	"crypto/subtle"
 	"encoding/binary"
+	"slices"
 	"time"
 
 	"github.com/flynn/noise"
@@ -28,14 +29,16 @@ type Result struct {
 
 // staticKey returns this node's key pair in flynn/noise's form.
 func (n *Node) staticKey() noise.DHKey {
-	return noise.DHKey{Private: n.static[:], Public: n.public[:]}
+	n.idMu.RLock()
+	defer n.idMu.RUnlock()
+	return noise.DHKey{Private: slices.Clone(n.static[:]), Public: slices.Clone(n.public[:])}
 }
 
 // Connect marks site as wanted and, unless a session exists or a
 // handshake is under way, returns the initiation to send to it now.
 // Later retries and rekeys come from Tick.
 func (n *Node) Connect(now time.Time, site wire.SiteID) ([]byte, error) {
-	p := n.peers[site]
+	p := n.peer(site)
 	if p == nil {
 		return nil, ErrUnknownPeer
 	}
@@ -103,7 +106,7 @@ func (n *Node) HandleHandshake(now time.Time, pkt []byte) (Result, error) {
 		n.stats.badMAC1.Add(1)
 		return Result{}, ErrBadMAC1
 	}
-	p := n.peers[m.Sender]
+	p := n.peer(m.Sender)
 	if p == nil {
 		n.stats.unknownPeer.Add(1)
 		return Result{}, ErrUnknownPeer
@@ -226,7 +229,7 @@ func (n *Node) HandleCookieReply(now time.Time, pkt []byte) error {
 		n.stats.handshakeMalformed.Add(1)
 		return err
 	}
-	p := n.peers[r.Sender]
+	p := n.peer(r.Sender)
 	if p == nil {
 		n.stats.unknownPeer.Add(1)
 		return ErrUnknownPeer
@@ -252,7 +255,7 @@ func (n *Node) HandleCookieReply(now time.Time, pkt []byte) error {
 // returns the initiations to send.
 func (n *Node) Tick(now time.Time) []Output {
 	var out []Output
-	for _, p := range n.order {
+	for _, p := range n.peers.Load().order {
 		if pkt := n.tickPeer(now, p); pkt != nil {
 			out = append(out, Output{To: p.site, Packet: pkt})
 		}
@@ -272,7 +275,9 @@ func (n *Node) tickPeer(now time.Time, p *peer) []byte {
 		p.dropAll()
 		n.stats.expired.Add(1)
 	}
-	if !n.needHandshake(now, p) {
+	if !n.needHandshake(now, p) && p.hs == nil {
+		// (An initiation under way while a session is current, as after
+		// Rotate, is retried like any other.)
 		return nil
 	}
 	if p.hs == nil {

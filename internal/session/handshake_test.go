@@ -81,7 +81,7 @@ func TestHandshakeRejectsUnknownKeys(t *testing.T) {
 	if _, err := b.HandleHandshake(t0, init); !errors.Is(err, ErrBadMAC1) {
 		t.Fatalf("initiation for another key: %v", err)
 	}
-	if b.Ready(1) || b.peers[1].next.Load() != nil {
+	if b.Ready(1) || b.peer(1).next.Load() != nil {
 		t.Fatal("a rejected initiation created a session")
 	}
 	if s := b.Stats(); s.HandshakeRejected != 1 || s.UnknownPeer != 1 || s.BadMAC1 != 1 {
@@ -120,21 +120,21 @@ func TestReplayedInitiationRejected(t *testing.T) {
 	a, b := n[0], n[1]
 	init, _ := a.Connect(t0, 2)
 	complete(t, t0, a, b, init)
-	before := b.peers[1].current.Load()
+	before := b.peer(1).current.Load()
 	later := t0.Add(5 * time.Second)
 	if _, err := b.HandleHandshake(later, init); !errors.Is(err, ErrReplayedInitiation) {
 		t.Fatalf("replayed initiation: %v", err)
 	}
-	if b.peers[1].current.Load() != before || b.peers[1].next.Load() != nil {
+	if b.peer(1).current.Load() != before || b.peer(1).next.Load() != nil {
 		t.Fatal("replayed initiation changed the session")
 	}
 	if b.Stats().InitiationReplays != 1 {
 		t.Fatalf("stats %+v", b.Stats())
 	}
 	// A fresh initiation (later timestamp) is accepted: a rekey.
-	a.peers[2].mu.Lock()
-	fresh, _ := a.initiate(later, a.peers[2], true)
-	a.peers[2].mu.Unlock()
+	a.peer(2).mu.Lock()
+	fresh, _ := a.initiate(later, a.peer(2), true)
+	a.peer(2).mu.Unlock()
 	if _, err := b.HandleHandshake(later, fresh); err != nil {
 		t.Fatalf("fresh initiation: %v", err)
 	}
@@ -147,9 +147,9 @@ func TestInitiationRateLimit(t *testing.T) {
 	if _, err := b.HandleHandshake(t0, first); err != nil {
 		t.Fatal(err)
 	}
-	a.peers[2].mu.Lock()
-	second, _ := a.initiate(t0, a.peers[2], false)
-	a.peers[2].mu.Unlock()
+	a.peer(2).mu.Lock()
+	second, _ := a.initiate(t0, a.peer(2), false)
+	a.peer(2).mu.Unlock()
 	if _, err := b.HandleHandshake(t0.Add(time.Millisecond), second); !errors.Is(err, ErrRateLimited) {
 		t.Fatalf("second initiation 1 ms later: %v", err)
 	}
@@ -172,7 +172,7 @@ func TestSimultaneousInitiation(t *testing.T) {
 	if err != nil || res.Reply == nil {
 		t.Fatalf("lower site did not answer: %v", err)
 	}
-	if lo.peers[2].hs != nil {
+	if lo.peer(2).hs != nil {
 		t.Fatal("lower site kept its own initiation")
 	}
 	res2, err := hi.HandleHandshake(t0, res.Reply)
@@ -321,14 +321,14 @@ func TestRekeyWithoutLoss(t *testing.T) {
 			}
 		}
 	}
-	if a.peers[2].current.Load().created != now || b.peers[1].current.Load().created != now {
+	if a.peer(2).current.Load().created != now || b.peer(1).current.Load().created != now {
 		t.Fatal("new keypair not current on both sides")
 	}
 	// The old session expires at RejectAfterTime; the new one lives on.
 	later := t0.Add(RejectAfterTime + RekeyJitter)
 	seal(a, 2, &toB)
 	a.Tick(later)
-	if !a.Ready(2) || a.peers[2].previous.Load() != nil {
+	if !a.Ready(2) || a.peer(2).previous.Load() != nil {
 		t.Fatal("old keypair not expired or new one lost")
 	}
 }

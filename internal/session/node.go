@@ -9,6 +9,7 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/keys"
@@ -104,11 +105,14 @@ type Output struct {
 // called concurrently with them and with each other, and do not allocate.
 type Node struct {
 	self   wire.SiteID
+	idMu   sync.RWMutex // guards static and public, which Rotate changes
 	static keys.PrivateKey
 	public keys.PublicKey
 	rand   io.Reader
-	peers  map[wire.SiteID]*peer // immutable after NewNode
-	order  []*peer               // peers sorted by site, for Tick
+	// peers is the accepted set, replaced as a whole (copy on write) by
+	// Admit and Remove, so the data path reads it with one atomic load.
+	peers   atomic.Pointer[peerSet]
+	peersMu sync.Mutex // serialises Admit and Remove
 
 	mu      sync.Mutex // guards lastTS
 	lastTS  [wire.TimestampLen]byte
@@ -125,8 +129,8 @@ func NewNode(cfg Config) (*Node, error) {
 	if r == nil {
 		r = rand.Reader
 	}
-	n := &Node{self: cfg.Self, static: cfg.Private, public: cfg.Private.Public(), rand: r,
-		peers: make(map[wire.SiteID]*peer, len(cfg.Peers))}
+	n := &Node{self: cfg.Self, static: cfg.Private, public: cfg.Private.Public(), rand: r}
+	set := &peerSet{byID: make(map[wire.SiteID]*peer, len(cfg.Peers))}
 	n.checker = NewCookieChecker(cfg.Self, n.public, r)
 	byKey := map[keys.PublicKey]wire.SiteID{}
 	for site, pub := range cfg.Peers {
@@ -141,10 +145,11 @@ func NewNode(cfg Config) (*Node, error) {
 		}
 		byKey[pub] = site
 		p := &peer{site: site, static: pub, ck: cookieState{keys: deriveMACKeys(pub)}}
-		n.peers[site] = p
-		n.order = append(n.order, p)
+		set.byID[site] = p
+		set.order = append(set.order, p)
 	}
-	sort.Slice(n.order, func(i, j int) bool { return n.order[i].site < n.order[j].site })
+	sort.Slice(set.order, func(i, j int) bool { return set.order[i].site < set.order[j].site })
+	n.peers.Store(set)
 	return n, nil
 }
 
@@ -155,12 +160,16 @@ func (n *Node) Checker() *CookieChecker { return n.checker }
 func (n *Node) Self() wire.SiteID { return n.self }
 
 // PublicKey returns this site's public key.
-func (n *Node) PublicKey() keys.PublicKey { return n.public }
+func (n *Node) PublicKey() keys.PublicKey {
+	n.idMu.RLock()
+	defer n.idMu.RUnlock()
+	return n.public
+}
 
 // Ready reports whether this site can send to site now (it has a
 // confirmed session with it).
 func (n *Node) Ready(site wire.SiteID) bool {
-	p := n.peers[site]
+	p := n.peer(site)
 	return p != nil && p.current.Load() != nil
 }
 

@@ -23,6 +23,8 @@ type Stats struct {
 	CookiesReceived    uint64 // cookie replies taken for a pending initiation
 	BadCookieReplies   uint64 // cookie replies that matched no initiation or did not open
 	Forgotten          uint64 // peers whose sessions were dropped by Forget
+	Admitted           uint64 // sites admitted or given a new key at run time (Admit)
+	Removed            uint64 // sites taken out of the accepted set (Remove)
 }
 
 type counters struct {
@@ -31,6 +33,7 @@ type counters struct {
 	unknownPeer, noSession, authFailures, hopAuthFailures, replays atomic.Uint64
 	malformed, expired, gaveUp                                     atomic.Uint64
 	badMAC1, cookiesReceived, badCookieReplies, forgotten          atomic.Uint64
+	admitted, removed                                              atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -45,6 +48,6 @@ func (n *Node) Stats() Stats {
 		HopAuthFailures: c.hopAuthFailures.Load(), Replays: c.replays.Load(),
 		Malformed: c.malformed.Load(), Expired: c.expired.Load(), GaveUp: c.gaveUp.Load(),
 		BadMAC1: c.badMAC1.Load(), CookiesReceived: c.cookiesReceived.Load(), BadCookieReplies: c.badCookieReplies.Load(),
-		Forgotten: c.forgotten.Load(),
+		Forgotten: c.forgotten.Load(), Admitted: c.admitted.Load(), Removed: c.removed.Load(),
 	}
 }

@@ -17,6 +17,7 @@ package sim
 
 import (
 	"container/heap"
+	"crypto/ed25519"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -50,6 +51,9 @@ type Site struct {
 	Config control.Config
 	// Key is the site's private key (on a sealed network).
 	Key keys.PrivateKey
+	// Cert is the site's certificate on a SealedCA network; nil means one
+	// made by Certify at its start.
+	Cert []byte
 	// Core is the site's core; Node is its control node, for the views.
 	Core *site.Core
 	Node *control.Node
@@ -61,6 +65,7 @@ type Site struct {
 	starts   uint64 // how many times the site was started
 	wakeAt   time.Time
 	table    *routing.Table
+	nat      *NAT // nil: the site is reachable at Addr
 }
 
 // RouteChange records a change of one site's path to one destination.
@@ -77,6 +82,7 @@ type Net struct {
 	now     time.Time
 	seed    uint64
 	sealed  bool
+	caKey   ed25519.PrivateKey // the overlay CA of a SealedCA network
 	rng     *rand.Rand
 	sites   []*Site
 	byAddr  map[netip.AddrPort]*Site
@@ -87,6 +93,8 @@ type Net struct {
 	Changes []RouteChange
 	// Undeliverable counts datagrams sent to an address no site has.
 	Undeliverable int
+	// Filtered counts datagrams a site's NAT did not let in.
+	Filtered int
 	// Sent counts the datagrams sites sent; Lost those a down or lossy
 	// link dropped.
 	Sent, Lost int
@@ -220,6 +228,10 @@ func (n *Net) siteConfig(s *Site) site.Config {
 	if !n.sealed {
 		return cfg
 	}
+	if n.caKey != nil {
+		cfg.Secure = n.caSecure(s)
+		return cfg
+	}
 	sec := &site.Secure{Private: s.Key, Peers: map[wire.SiteID]keys.PublicKey{}, Addrs: map[wire.SiteID]netip.AddrPort{},
 		Rand: n.seeded(2, uint64(s.index), s.starts)}
 	for _, o := range n.sites {
@@ -339,12 +351,20 @@ func (n *Net) drain(s *Site) {
 	rd := s.Core.Ready(s.Local(n.now))
 	for _, o := range rd.Send {
 		n.Sent++
+		from := s.Addr
+		if s.nat != nil {
+			from = n.natOut(s, o.To)
+		}
 		if n.Tap != nil {
-			n.Tap(s.Addr, o.To, o.Payload)
+			n.Tap(from, o.To, o.Payload)
 		}
 		dst, ok := n.byAddr[o.To]
 		if !ok {
 			n.Undeliverable++
+			continue
+		}
+		if dst.nat != nil && !n.natAdmits(dst, o.To, from) {
+			n.Filtered++
 			continue
 		}
 		l := n.links[[2]int{s.index, dst.index}]
@@ -356,7 +376,7 @@ func (n *Net) drain(s *Site) {
 		if l.Jitter > 0 {
 			d += time.Duration(n.rng.Int64N(int64(l.Jitter)))
 		}
-		n.push(&event{at: n.now.Add(d), site: dst, from: s.Addr, pkt: o.Payload})
+		n.push(&event{at: n.now.Add(d), site: dst, from: from, pkt: o.Payload})
 	}
 	s.Switches = append(s.Switches, rd.Switches...)
 	if rd.Table != nil {

@@ -29,6 +29,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/detour-overlay/detour/internal/ca"
 	"github.com/detour-overlay/detour/internal/control"
 	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/routing"
@@ -60,6 +61,13 @@ type Secure struct {
 	// Rand supplies ephemeral keys and key ids; nil means crypto/rand.
 	// A seeded source makes a simulated run repeat exactly.
 	Rand io.Reader
+	// Authority, when not nil, is the overlay CA: any site presenting a
+	// certificate it verifies is accepted besides Peers, and its
+	// revocations are applied and flooded (see trust.go).
+	Authority *ca.Authority
+	// Certificate is this site's certificate (package ca's encoding),
+	// presented to the sites that may not know its key.
+	Certificate []byte
 }
 
 // Ready is everything the core asks of its shell since the last call to
@@ -161,13 +169,28 @@ func (c *Core) Receive(now time.Time, from netip.AddrPort, pkt []byte) {
 		c.Handshake(now, from, pkt)
 		return
 	}
-	if c.sec != nil {
-		if pkt = c.sec.open(now, from, pkt, c.sendNow); pkt == nil {
-			return
-		}
+	if c.sec != nil && wire.Type(pkt[2]) == wire.TypeCertificate {
+		c.onCertificate(now, from, pkt)
+		return
 	}
-	if err := c.node.Receive(now, from, pkt); err != nil {
+	if c.sec == nil {
+		if err := c.node.Receive(now, from, pkt); err != nil {
+			c.rejected++
+		}
+		return
+	}
+	inner, site := c.sec.open(now, from, pkt, c.sendNow)
+	switch {
+	case inner == nil:
+	case len(inner) >= wire.CommonHeaderLen && wire.Type(inner[2]) == wire.TypeRevocation:
+		c.onRevocation(now, site, inner)
+	case c.node.Receive(now, from, inner) != nil:
 		c.rejected++
+	}
+	if site != 0 {
+		// After the datagram, whose hello may have set the advertised
+		// address: the source of authenticated datagrams wins.
+		c.node.Roam(now, site, from)
 	}
 }
 
@@ -294,7 +317,7 @@ func (c *Core) Ready(now time.Time) Ready {
 	} else {
 		c.send = append(c.send, out...)
 	}
-	rd := Ready{Send: c.send, Switches: c.node.Switches(), Rejected: c.rejected}
+	rd := Ready{Send: sendable(c.send), Switches: c.node.Switches(), Rejected: c.rejected}
 	c.send, c.rejected = nil, 0
 	if t := c.node.Table(); t != c.table {
 		rd.Table, rd.Gone = t, c.advance(t)
@@ -333,6 +356,20 @@ func (c *Core) memberAddrs() map[wire.SiteID]netip.AddrPort {
 	for _, m := range c.node.Members() {
 		if !m.Self && m.Addr.IsValid() {
 			out[m.ID] = m.Addr
+		}
+	}
+	return out
+}
+
+// sendable drops, in place, the datagrams to no address or to an
+// unspecified one (the advertised address of a site behind NAT that has
+// none, before its datagrams show where it is): sent, they would reach
+// this very host.
+func sendable(ds []Datagram) []Datagram {
+	out := ds[:0]
+	for _, d := range ds {
+		if d.To.IsValid() && !d.To.Addr().IsUnspecified() && d.To.Port() != 0 {
+			out = append(out, d)
 		}
 	}
 	return out

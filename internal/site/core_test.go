@@ -379,3 +379,17 @@ func stateOf(c *Core, id wire.SiteID) string {
 	}
 	return "unknown"
 }
+
+func TestSendableDropsUnspecified(t *testing.T) {
+	ds := []Datagram{
+		{To: netip.MustParseAddrPort("0.0.0.0:4800")},
+		{To: netip.MustParseAddrPort("198.18.0.1:4800")},
+		{To: netip.MustParseAddrPort("[::]:4800")},
+		{},
+		{To: netip.MustParseAddrPort("[fd00::1]:4800")},
+	}
+	got := sendable(ds)
+	if len(got) != 2 || got[0].To.Port() != 4800 || !got[1].To.Addr().Is6() {
+		t.Fatalf("sendable = %+v", got)
+	}
+}

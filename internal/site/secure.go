@@ -23,6 +23,8 @@ type secure struct {
 	// addresses handshakes came from.
 	byAddr map[netip.AddrPort]wire.SiteID
 	addrOf map[wire.SiteID]netip.AddrPort
+	// trust admits sites by certificate and applies revocations.
+	trust *trust
 	// Counters for the API and metrics.
 	unsealed, spoofed, unknownDest, pendingDropped uint64
 }
@@ -46,6 +48,9 @@ func newSecure(self wire.SiteID, cfg *Secure) (*secure, error) {
 		s.learn(id, ap)
 	}
 	var err error
+	if s.trust, err = newTrust(self, cfg.Authority, cfg.Certificate); err != nil {
+		return nil, err
+	}
 	s.node, err = session.NewNode(session.Config{Self: self, Private: cfg.Private, Peers: cfg.Peers, Rand: cfg.Rand})
 	return s, err
 }
@@ -62,28 +67,31 @@ func (s *secure) learn(site wire.SiteID, addr netip.AddrPort) {
 // open turns a received datagram into the control datagram the control
 // node should see, or nil. Handshake messages take their own path
 // (Core.Handshake).
-func (s *secure) open(now time.Time, from netip.AddrPort, pkt []byte, send func(netip.AddrPort, []byte)) []byte {
+// It also returns the authenticated site that sealed the datagram (zero
+// when none did), whose address the core follows (roaming), keepalives
+// included.
+func (s *secure) open(now time.Time, from netip.AddrPort, pkt []byte, send func(netip.AddrPort, []byte)) ([]byte, wire.SiteID) {
 	switch wire.Type(pkt[2]) {
 	case wire.TypeHandshakeInit, wire.TypeHandshakeResponse, wire.TypeCookieReply:
-		return nil // the handshake path's (Core.Handshake), never queued here
+		return nil, 0 // the handshake path's (Core.Handshake), never queued here
 	case wire.TypeSealed:
 		site, inner, err := s.node.OpenControl(pkt)
 		if err != nil {
-			return nil // counted by the session node
+			return nil, 0 // counted by the session node
 		}
 		s.learn(site, from)
 		s.release(now, site, send)
 		if len(inner) == 0 {
-			return nil // a keepalive
+			return nil, site // a keepalive
 		}
 		if !senderIs(inner, site) {
 			s.spoofed++
-			return nil
+			return nil, 0
 		}
-		return inner
+		return inner, site
 	}
 	s.unsealed++ // a control message in the clear: never trusted
-	return nil
+	return nil, 0
 }
 
 // senderIs reports whether a control datagram that names its sender names
@@ -106,14 +114,21 @@ func (s *secure) seal(now time.Time, msgs []Datagram, members func() map[wire.Si
 				s.learn(id, a)
 			}
 			if site, ok = s.byAddr[m.To]; !ok {
+				// A bootstrap address known by address only: show it
+				// this site's certificate and ask for its own.
 				s.unknownDest++
+				s.trust.present(now, m.To, true, send)
 				continue
 			}
 		}
 		if !s.node.Ready(site) {
 			s.enqueue(now, site, m.Payload)
-			if init, err := s.node.Connect(now, site); err == nil && init != nil {
+			init, err := s.node.Connect(now, site)
+			switch {
+			case err == nil && init != nil:
 				send(m.To, init)
+			case unknownPeer(err):
+				s.trust.present(now, m.To, true, send)
 			}
 			continue
 		}
@@ -193,6 +208,9 @@ func (s *secure) counters() map[string]uint64 {
 		"control_spoofed_sender":      s.spoofed,
 		"control_unknown_destination": s.unknownDest,
 		"control_pending_dropped":     s.pendingDropped,
+		"session_admitted":            st.Admitted,
+		"session_removed":             st.Removed,
 	}
+	s.trust.counters(out)
 	return out
 }

@@ -92,6 +92,10 @@ func (t Type) String() string {
 		return "sealed"
 	case TypeCookieReply:
 		return "cookie-reply"
+	case TypeCertificate:
+		return "certificate"
+	case TypeRevocation:
+		return "revocation"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

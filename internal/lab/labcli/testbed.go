@@ -145,6 +145,7 @@ func tbUp(args []string, stdout, stderr io.Writer) error {
 	overlay := fs.String("overlay", "none", "overlay: none, vxlan, tinc or detour")
 	underlay := fs.String("underlay", testbed.UnderlayEmulator, "underlay: emulator (the scenario's WAN) or kernel (plain kernel links, to measure overlays alone)")
 	mtu := fs.Int("underlay-mtu", 0, "underlay MTU (default: the scenario's, else 1500)")
+	ipv6 := fs.Bool("underlay-ipv6", false, "give the gateways IPv6 underlay addresses (fd18::198.18.0.N) and run the detour agents over IPv6")
 	hostMTU := fs.Int("host-mtu", 0, "the hosts' MTU (default: the underlay MTU less the overlay's overhead)")
 	fg := fs.Bool("foreground", false, "stay in the foreground; Ctrl-C or SIGTERM tears the testbed down")
 	prefix := fs.String("prefix", envOr("DETOUR_TESTBED_PREFIX", testbed.DefaultPrefix), "prefix of namespace names")
@@ -165,7 +166,7 @@ func tbUp(args []string, stdout, stderr io.Writer) error {
 	t0 := time.Now()
 	st, err := testbed.Up(ctx, testbed.Options{
 		Scenario: pos[0], Overlay: *overlay, Underlay: *underlay, UnderlayMTU: *mtu, HostMTU: *hostMTU, StateDir: *state,
-		Prefix: *prefix, Self: self, Detour: *detour, Log: stderr,
+		Prefix: *prefix, Self: self, Detour: *detour, Log: stderr, UnderlayIPv6: *ipv6,
 	})
 	if err != nil {
 		return err

@@ -103,6 +103,10 @@ type Site struct {
 	Access *Access `yaml:"access,omitempty"`
 	// ClockOffset is a test-only knob passed to the site's detour agent.
 	ClockOffset Duration `yaml:"clock_offset,omitempty"`
+	// NAT puts the site's gateway behind a NAT (the testbed's nat.go):
+	// its agent's datagrams leave from another port, and only those it
+	// sent to can reach it.
+	NAT bool `yaml:"nat,omitempty"`
 }
 
 // Access is a site's access capacity in each direction; zero is unlimited.

@@ -104,12 +104,12 @@ func makeUnderlay(st *State) ([]wanem.Port, error) {
 			unix.Close(fd)
 			return nil, err
 		}
-		err = ipBatch(site.Gateway, []string{
+		err = ipBatch(site.Gateway, append([]string{
 			fmt.Sprintf("link set %s name wan0", name),
 			fmt.Sprintf("link set wan0 mtu %d txqueuelen 1000", st.UnderlayMTU),
 			fmt.Sprintf("addr add %s/%d dev wan0", site.Underlay, underlayBits),
 			"link set wan0 up",
-		})
+		}, underlay6Lines(st, site)...))
 		if err != nil {
 			return nil, err
 		}

@@ -45,10 +45,10 @@ func makeKernelUnderlay(st *State) error {
 		return err
 	}
 	for _, site := range st.Sites {
-		err := ipBatch(site.Gateway, []string{
+		err := ipBatch(site.Gateway, append([]string{
 			fmt.Sprintf("link set wan0 mtu %d up", st.UnderlayMTU),
 			fmt.Sprintf("addr add %s/%d dev wan0", site.Underlay, underlayBits),
-		})
+		}, underlay6Lines(st, site)...))
 		if err != nil {
 			return err
 		}

@@ -300,7 +300,7 @@ func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.Priv
 	site := st.Sites[i]
 	a := config.Agent{
 		Site:   site.Name,
-		Listen: fmt.Sprintf("%s:%d", site.Underlay, agentPort),
+		Listen: agentAddr(st, site),
 		API:    config.DefaultAPI,
 		// Every namespace sees the same file system, so each agent has
 		// its own socket: the one the CLI finds by default in the
@@ -319,11 +319,12 @@ func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.Priv
 	if pools, subnet := agentKVPools(st); pools != nil {
 		a.Networks[0].Subnet, a.KVPools = subnet, pools
 	}
+	natAgent(sc, i, &a)
 	for j, peer := range st.Sites {
 		if j == i {
 			continue
 		}
-		p := config.Peer{Name: peer.Name, Address: fmt.Sprintf("%s:%d", peer.Underlay, agentPort)}
+		p := config.Peer{Name: peer.Name, Address: peerAddr(st, sc, j)}
 		if privs != nil {
 			p.PublicKey = privs[j].Public().String()
 		}

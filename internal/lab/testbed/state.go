@@ -46,6 +46,8 @@ type State struct {
 	Created   time.Time `json:"created"`
 	// Ready is set once Up has finished.
 	Ready bool `json:"ready"`
+	// UnderlayIPv6 is set when the agents run over IPv6 (ipv6.go).
+	UnderlayIPv6 bool `json:"underlay_ipv6,omitempty"`
 	// Migrations counts host migrations, to name their new ports.
 	Migrations int `json:"migrations,omitempty"`
 	// KVPools are the scenario's memcached pools (kv.go).

@@ -40,6 +40,9 @@ type Options struct {
 	Detour string
 	// Log receives progress messages.
 	Log io.Writer
+	// UnderlayIPv6 gives the gateways IPv6 underlay addresses too and
+	// runs the detour agents over them (ipv6.go).
+	UnderlayIPv6 bool
 }
 
 // ErrNotRoot is returned when the testbed is used without root.
@@ -167,6 +170,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 	}{
 		{"namespaces", func() error { return createSites(st) }},
 		{"underlay " + o.Underlay, func() error { return startUnderlay(ctx, st, o) }},
+		{"NAT", func() error { return setupNAT(st, sc, o) }},
 		{"overlay " + o.Overlay, func() error { return startOverlay(ctx, st, sc, o) }},
 		{"memcached", func() error { return startMemcached(ctx, st, o.StateDir) }},
 	}
@@ -214,7 +218,7 @@ func newState(sc *scenario.Scenario, o Options) *State {
 	st := &State{
 		Scenario: sc.Name, Overlay: o.Overlay, Underlay: o.Underlay, Prefix: o.Prefix,
 		UnderlayMTU: sc.UnderlayMTU, HostMTU: sc.UnderlayMTU - overlayOverhead(o.Overlay),
-		DetourBin: o.Detour, Created: time.Now(),
+		DetourBin: o.Detour, Created: time.Now(), UnderlayIPv6: o.UnderlayIPv6,
 	}
 	if o.HostMTU != 0 {
 		st.HostMTU = o.HostMTU

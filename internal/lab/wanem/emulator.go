@@ -104,6 +104,9 @@ func New(sc *scenario.Scenario, ports []Port) (*Emulator, error) {
 			return nil, fmt.Errorf("wanem: address %v given to two sites", ports[a].Addr)
 		}
 		e.byAddr[ports[a].Addr] = a
+		if ports[a].Addr.Is4() {
+			e.byAddr[IPv6Of(ports[a].Addr)] = a // see ipv6.go
+		}
 		e.links[a] = make([]*linkState, n)
 		for b := range n {
 			if a != b {
@@ -235,8 +238,11 @@ func (e *Emulator) write(p *packet, now int64) {
 }
 
 // destination returns the site whose gateway has the packet's IPv4
-// destination address, or -1.
+// destination address (or IPv6, see ipv6.go), or -1.
 func (e *Emulator) destination(pkt []byte) int {
+	if len(pkt) > 0 && pkt[0]>>4 == 6 {
+		return e.destination6(pkt)
+	}
 	if len(pkt) < 20 || pkt[0]>>4 != 4 {
 		return -1
 	}

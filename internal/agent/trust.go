@@ -1,0 +1,69 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/ca"
+	"github.com/detour-overlay/detour/internal/config"
+	"github.com/detour-overlay/detour/internal/keys"
+	"github.com/detour-overlay/detour/internal/site"
+)
+
+// addTrust gives the site core the overlay CA and this site's certificate
+// when the configuration has a trust section (docs/membership.md). The
+// certificate must be for this site's name and key, and valid now.
+func addTrust(cfg *config.Agent, sec *site.Secure, now time.Time) error {
+	if !cfg.Trust.Enabled() {
+		return nil
+	}
+	pub, err := ca.ParsePublic(cfg.Trust.CAPublicKey)
+	if err != nil {
+		return fmt.Errorf("trust.ca_public_key: %w", err)
+	}
+	text, err := os.ReadFile(cfg.Trust.CertificateFile)
+	if err != nil {
+		return fmt.Errorf("trust.certificate_file: %w", err)
+	}
+	b, err := ca.Decode(string(text))
+	if err != nil {
+		return fmt.Errorf("trust.certificate_file: %w", err)
+	}
+	auth := ca.NewAuthority(pub)
+	cert, err := auth.Verify(b, now)
+	switch {
+	case err != nil:
+		return fmt.Errorf("trust.certificate_file: %w", err)
+	case cert.Name != cfg.Site:
+		return fmt.Errorf("trust.certificate_file: the certificate is for site %q, not %q", cert.Name, cfg.Site)
+	case cert.Key != sec.Private.Public():
+		return fmt.Errorf("trust.certificate_file: the certificate is for another key than this site's private key")
+	}
+	sec.Authority, sec.Certificate = auth, b
+	return nil
+}
+
+// Revoke applies a revocation signed by the overlay CA (the file written
+// by `detour ca revoke`, decoded) and floods it to every member.
+func (a *Agent) Revoke(rev []byte) error {
+	return a.override(func(now time.Time) error { return a.core.Revoke(now, rev) })
+}
+
+// Rotate gives the site a new private key and its certificate (the
+// contents of the files, as `detour genkey` and `detour ca sign` write
+// them): the certificate goes to every member and new sessions are made
+// with the new key while the old ones carry the traffic (site.Core.Rotate).
+// A reload that sees private_key_file and trust.certificate_file changed
+// can call it.
+func (a *Agent) Rotate(privText, certText string) error {
+	priv, err := keys.ParsePrivate(privText)
+	if err != nil {
+		return err
+	}
+	cert, err := ca.Decode(certText)
+	if err != nil {
+		return err
+	}
+	return a.override(func(now time.Time) error { return a.core.Rotate(now, priv, cert) })
+}

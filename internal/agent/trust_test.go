@@ -1,0 +1,139 @@
+package agent
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/ca"
+	"github.com/detour-overlay/detour/internal/config"
+	"github.com/detour-overlay/detour/internal/device"
+	"github.com/detour-overlay/detour/internal/keys"
+	"github.com/detour-overlay/detour/internal/transport"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// startCAAgent starts an encrypted agent whose configuration has only the
+// CA's public key, its certificate file and alpha's address.
+func startCAAgent(t *testing.T, nw *transport.FakeNetwork, caKey ed25519.PrivateKey, name string, i int) *testSite {
+	t.Helper()
+	addr := func(i int) string {
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)}), 4800).String()
+	}
+	priv, _ := keys.Generate(nil)
+	now := time.Now()
+	cert, err := ca.Sign(caKey, &ca.Certificate{Name: name, Key: priv.Public(), Issued: now, Expires: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, name+".crt")
+	if err := os.WriteFile(file, []byte(ca.Encode(cert)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &config.Agent{Site: name, Listen: addr(i), API: "127.0.0.1:0", APISocket: filepath.Join(dir, "api.sock"),
+		PrivateKey: priv.String(),
+		Trust:      config.Trust{CAPublicKey: ca.Encode(caKey.Public().(ed25519.PublicKey)), CertificateFile: file}}
+	if i > 0 {
+		cfg.Peers = []config.Peer{{Name: "alpha", Address: addr(0)}}
+	}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s := &testSite{name: name, dev: device.NewFake("detour0", 1400, 1024)}
+	a, err := New(cfg, Options{Conn: nw.Listen(netip.MustParseAddrPort(addr(i))),
+		Devices: map[uint32]device.Device{config.DefaultNetworkID: s.dev},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.a = a
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	})
+	return s
+}
+
+// TestAgentsJoinAndRevokeByCertificate: three agents that know only the
+// CA's key (and alpha's address) form an overlay; a fourth joins through
+// alpha and carries frames, nothing changed at the three; a revocation
+// given to beta alone is applied by all three within 2 s.
+func TestAgentsJoinAndRevokeByCertificate(t *testing.T) {
+	_, caKey, _ := ed25519.GenerateKey(nil)
+	nw := transport.NewFakeNetwork()
+	var sites []*testSite
+	for i, name := range []string{"alpha", "beta", "gamma"} {
+		sites = append(sites, startCAAgent(t, nw, caKey, name, i))
+	}
+	waitMembers(t, sites)
+	start := time.Now()
+	sites = append(sites, startCAAgent(t, nw, caKey, "delta", 3))
+	waitMembers(t, sites)
+	t.Logf("delta a member everywhere %v after its start", time.Since(start).Round(time.Millisecond))
+	uni := ethernet(0xd, 0xb, "beta to delta")
+	sites[1].dev.Inject(ethernet(0xff, 0xd, "delta's hello"))
+	sites[1].dev.Inject(uni)
+	receive(t, sites[3], uni)
+
+	// Gamma rotates its key under a stream of frames to delta: none lost.
+	newKey, _ := keys.Generate(nil)
+	cert, _ := ca.Sign(caKey, &ca.Certificate{Name: "gamma", Key: newKey.Public(), Issued: time.Now(), Expires: time.Now().Add(time.Hour)})
+	sites[3].dev.Inject(ethernet(0xff, 0xd, "delta's hello"))
+	const frames = 200
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range frames {
+			sites[2].dev.Inject(ethernet(0xd, 0xc, fmt.Sprintf("gamma to delta %03d", i)))
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := sites[2].a.Rotate(newKey.String(), ca.Encode(cert)); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	for i := range frames {
+		receive(t, sites[3], ethernet(0xd, 0xc, fmt.Sprintf("gamma to delta %03d", i)))
+	}
+	gammaID := wire.SiteIDFromName("gamma")
+	for _, s := range []*testSite{sites[0], sites[1], sites[3]} {
+		if k, _ := s.a.sec.Accepts(gammaID); k != newKey.Public() {
+			t.Errorf("%s does not hold gamma's new key", s.name)
+		}
+	}
+	t.Logf("gamma rotated its key under %d frames to delta, all delivered in order", frames)
+
+	rev, _ := ca.SignRevocation(caKey, &ca.Revocation{Name: "delta", At: time.Now()})
+	at := time.Now()
+	if err := sites[1].a.Revoke(rev); err != nil {
+		t.Fatal(err)
+	}
+	id := wire.SiteIDFromName("delta")
+	for _, s := range sites[:3] {
+		for {
+			if _, ok := s.a.sec.Accepts(id); !ok {
+				break
+			}
+			if time.Since(at) > 2*time.Second {
+				t.Fatalf("%s still accepts delta 2 s after the revocation", s.name)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	t.Logf("revocation applied at all three within %v", time.Since(at).Round(time.Millisecond))
+}

@@ -1,0 +1,62 @@
+//go:build netns
+
+package test
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestOverlayNATPair: nat-pair (scenarios/nat-pair.yaml): Osaka and
+// Sendai each behind a NAT (nftables in the gateway: source port 4800
+// translated to 40000, only flows the gateway started let in), Tokyo
+// public. The NATed sites join through Tokyo with no address of their
+// own; they reach each other through Tokyo at once, then directly once
+// their probes have punched both NATs, and the host RTT is the direct
+// link's (10 ms). Tokyo sends to each NATed site at its NAT's mapping.
+func TestOverlayNATPair(t *testing.T) {
+	scen, err := filepath.Abs("../scenarios/nat-pair.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := upOverlay(t, scen, "--overlay", "detour")
+	t0 := time.Now()
+	osaka := o.idx("Osaka")
+	first, firstAt := "", time.Duration(0)
+	for time.Since(t0) < 20*time.Second {
+		if p := o.path(osaka, "Sendai"); p != "" && first == "" {
+			first, firstAt = p, time.Since(t0)
+		}
+		if o.path(osaka, "Sendai") == "Sendai" && o.path(o.idx("Sendai"), "Osaka") == "Osaka" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("Osaka -> Sendai: first path %q %.2f s after the testbed was up; direct both ways after %.2f s", first, firstAt.Seconds(), time.Since(t0).Seconds())
+	if p := o.path(osaka, "Sendai"); p != "Sendai" {
+		t.Fatalf("Osaka's path to Sendai is %q 20 s after up, want the punched direct link", p)
+	}
+	st, err := o.status(o.idx("Tokyo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range st.Members {
+		i := o.sc.SiteIndex(m.Name)
+		if i < 0 || !o.sc.Sites[i].NAT {
+			continue
+		}
+		want := fmt.Sprintf("%s:%d", o.st.Sites[i].Underlay, 40000)
+		if m.Address != want || m.State != "alive" {
+			t.Errorf("Tokyo sees %s %s at %s, want alive at its NAT's mapping %s", m.Name, m.State, m.Address, want)
+		}
+	}
+	rtts := o.hostPingNear(t, "Osaka", "Sendai", 50, "0.05", 10, 1)
+	got := median(rtts)
+	t.Logf("host ping Osaka -> Sendai over the punched link: %d replies, median %.3f ms (p95 %.3f), want 10 ± 1 ms", len(rtts), got, percentile(rtts, 95))
+	if len(rtts) < 49 || math.Abs(got-10) > 1 {
+		t.Errorf("%d replies, median %.3f ms; want 50 and 10 ± 1 ms", len(rtts), got)
+	}
+}
