@@ -57,6 +57,9 @@ func (a *Agent) loadState(path string) error {
 // copy becomes the state only once it is on disk, so that an answer to
 // the API always follows a durable write. It runs on the control loop.
 func (a *Agent) record(change func(d *runstate.Doc)) error {
+	if change == nil {
+		return nil // a change the state file does not hold (yet)
+	}
 	d := a.state.Clone()
 	change(d)
 	if a.store != nil {

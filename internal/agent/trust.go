@@ -47,7 +47,9 @@ func addTrust(cfg *config.Agent, sec *site.Secure, now time.Time) error {
 // Revoke applies a revocation signed by the overlay CA (the file written
 // by `detour ca revoke`, decoded) and floods it to every member.
 func (a *Agent) Revoke(rev []byte) error {
-	return a.override(func(now time.Time) error { return a.core.Revoke(now, rev) })
+	// Revocations are not in the run-time state yet: a restarted agent
+	// learns them again from the members that flood them to it.
+	return a.override(func(now time.Time) error { return a.core.Revoke(now, rev) }, nil)
 }
 
 // Rotate gives the site a new private key and its certificate (the
@@ -65,5 +67,5 @@ func (a *Agent) Rotate(privText, certText string) error {
 	if err != nil {
 		return err
 	}
-	return a.override(func(now time.Time) error { return a.core.Rotate(now, priv, cert) })
+	return a.override(func(now time.Time) error { return a.core.Rotate(now, priv, cert) }, nil)
 }
