@@ -19,7 +19,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -50,7 +49,7 @@ type Cluster struct {
 	// Bin is the etcd binary; default "etcd".
 	Bin string
 
-	procs []*proc.Child
+	procs proc.Group
 }
 
 func peerURL(s store.Server) string {
@@ -95,35 +94,14 @@ func (c *Cluster) startOne(s store.Server) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	argv := c.Args(s)
-	var cmd *exec.Cmd
-	if c.Run != nil {
-		cmd = c.Run(s.Name, argv)
-	} else {
-		cmd = exec.Command(argv[0], argv[1:]...)
-	}
-	p, err := proc.StartChild(s.Name, cmd, filepath.Join(dir, "etcd.log"))
-	if err != nil {
-		return err
-	}
-	c.procs = append(c.procs, p)
-	return nil
+	return c.procs.Start(s.Name, c.Args(s), c.Run, filepath.Join(dir, "etcd.log"))
 }
 
 // PIDs returns the members' process IDs.
-func (c *Cluster) PIDs() []int {
-	var out []int
-	for _, p := range c.procs {
-		out = append(out, p.PID())
-	}
-	return out
-}
+func (c *Cluster) PIDs() []int { return c.procs.PIDs() }
 
 // Stop ends every member by PID.
-func (c *Cluster) Stop() {
-	proc.StopAll(c.procs, 3*time.Second)
-	c.procs = nil
-}
+func (c *Cluster) Stop() { c.procs.Stop(3 * time.Second) }
 
 func (c *Cluster) httpClient() *http.Client {
 	dial := c.Dial

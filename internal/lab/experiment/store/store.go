@@ -12,8 +12,9 @@ package store
 import (
 	"context"
 	"net"
-	"os/exec"
 	"time"
+
+	"github.com/detour-overlay/detour/internal/lab/proc"
 )
 
 // Server is one member of a replicated store.
@@ -33,7 +34,7 @@ type Dialer func(network, address string, timeout time.Duration) (net.Conn, erro
 
 // Runner builds the command that runs argv on one server's machine (for
 // the testbed, inside that site's host namespace). It must not start it.
-type Runner func(server string, argv []string) *exec.Cmd
+type Runner = proc.Runner
 
 // Op is a kind of operation the experiment times.
 type Op string

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -58,7 +57,7 @@ type Ensemble struct {
 	// TickTime is ZooKeeper's tick; zero means 2 s (its default).
 	TickTime time.Duration
 
-	procs []*proc.Child
+	procs proc.Group
 }
 
 // Leader returns the server with the highest ID, the one ZooKeeper elects.
@@ -166,35 +165,14 @@ func (e *Ensemble) startOne(s store.Server) error {
 	if err != nil {
 		return err
 	}
-	argv := e.argv(s, cfg)
-	var cmd *exec.Cmd
-	if e.Run != nil {
-		cmd = e.Run(s.Name, argv)
-	} else {
-		cmd = exec.Command(argv[0], argv[1:]...)
-	}
-	p, err := proc.StartChild(s.Name, cmd, filepath.Join(e.serverDir(s), "stdout.log"))
-	if err != nil {
-		return err
-	}
-	e.procs = append(e.procs, p)
-	return nil
+	return e.procs.Start(s.Name, e.argv(s, cfg), e.Run, filepath.Join(e.serverDir(s), "stdout.log"))
 }
 
 // PIDs returns the process IDs of the running servers.
-func (e *Ensemble) PIDs() []int {
-	var p []int
-	for _, c := range e.procs {
-		p = append(p, c.PID())
-	}
-	return p
-}
+func (e *Ensemble) PIDs() []int { return e.procs.PIDs() }
 
 // Stop kills every server this ensemble started, by PID, and waits for it.
-func (e *Ensemble) Stop() {
-	proc.StopAll(e.procs, 3*time.Second)
-	e.procs = nil
-}
+func (e *Ensemble) Stop() { e.procs.Stop(3 * time.Second) }
 
 // WaitQuorum waits until every server answers srvr, exactly one says
 // "Mode: leader" and it is the intended leader (the highest ID). It returns
@@ -223,7 +201,7 @@ func (e *Ensemble) WaitQuorum(ctx context.Context) (map[string]string, error) {
 
 // exited reports a server process that has already died.
 func (e *Ensemble) exited() error {
-	for _, p := range e.procs {
+	for _, p := range e.procs.Children() {
 		if done, how := p.Exited(); done {
 			return fmt.Errorf("zoo: server %s exited (%v); see %s", p.Name, how, filepath.Join(e.Dir, p.Name))
 		}
