@@ -301,7 +301,7 @@ func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
 
 // kvPoolCounters returns a pool's counters by name.
 func kvPoolCounters(p *router.Pool) map[string]uint64 {
-	st := &p.Stats
+	st := p.Stats
 	return map[string]uint64{
 		"requests":          st.Requests.Load(),
 		"replies":           st.Replies.Load(),
