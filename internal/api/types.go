@@ -30,6 +30,9 @@
 //	*DELETE /v1/networks/{name}        detach it
 //	*PUT    /v1/networks/{name}/limits Limits: change its rates
 //	*PUT    /v1/egress                 Egress: the site's total egress capacity
+//	 GET    /v1/kv/pools               []KVPool: the key router's pools (kv.go)
+//	 GET    /v1/kv/pools/{name}        KVPool
+//	*POST   /v1/kv/pools/{name}/servers ...  ring changes (kv.go)
 //	 GET    /metrics                   Prometheus text format
 //
 // Errors are returned as {"error": "..."} with a 4xx or 5xx status.

@@ -128,6 +128,9 @@ type Server struct {
 	unanswered   atomic.Uint32 // requests sent since the last reply
 	Requests     atomic.Uint64
 	Replies      atomic.Uint64
+	// FailedOver counts requests for the server's keys that went to
+	// another server because it was down or drained.
+	FailedOver atomic.Uint64
 }
 
 // Errors of New.
@@ -219,6 +222,7 @@ func newPool(t *Table, ps PoolSpec, old *Pool) (*Pool, error) {
 			return o
 		}
 		p.Stats.FailedOver.Add(1)
+		p.Servers[o].FailedOver.Add(1)
 		return p.ring.Next(key, p.skip)
 	}
 	return p, nil
