@@ -348,3 +348,26 @@ func (ks *kvServer) latency() *api.KVLatency {
 	slices.Sort(d)
 	return &api.KVLatency{P50Ms: ms(d[(n-1)*50/100]), P99Ms: ms(d[(n-1)*99/100]), Samples: n}
 }
+
+// kvStatus adds the pools' summaries to a status, and their totals to its
+// counters (kv_requests, kv_replies, kv_errors, kv_failed_over), which the
+// map page shows.
+func (a *Agent) kvStatus(s *api.Status) {
+	for _, p := range a.KVPools() {
+		sum := api.KVPoolSummary{Name: p.Name, Address: p.Address, Version: p.Version, Servers: len(p.Servers),
+			Requests: p.Counters["requests"], Replies: p.Counters["replies"], Errors: p.Counters["errors"], FailedOver: p.Counters["failed_over"]}
+		for _, sv := range p.Servers {
+			if sv.State == "up" {
+				sum.Up++
+			}
+		}
+		s.KVPools = append(s.KVPools, sum)
+		if s.Counters == nil {
+			s.Counters = map[string]uint64{}
+		}
+		s.Counters["kv_requests"] += sum.Requests
+		s.Counters["kv_replies"] += sum.Replies
+		s.Counters["kv_errors"] += sum.Errors
+		s.Counters["kv_failed_over"] += sum.FailedOver
+	}
+}

@@ -124,3 +124,16 @@ func (s *Server) kvChanges(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/kv/pools/{name}/servers/{addr}/drain", one(KVDrain))
 	mux.HandleFunc("DELETE /v1/kv/pools/{name}/servers/{addr}/drain", one(KVUndrain))
 }
+
+// KVPoolSummary is a pool in Status: its version, servers and counters.
+type KVPoolSummary struct {
+	Name       string `json:"name"`
+	Address    string `json:"address"`
+	Version    uint64 `json:"version"`
+	Servers    int    `json:"servers"`
+	Up         int    `json:"up"`
+	Requests   uint64 `json:"requests"`
+	Replies    uint64 `json:"replies"`
+	Errors     uint64 `json:"errors"`
+	FailedOver uint64 `json:"failed_over"`
+}

@@ -58,6 +58,10 @@ type Status struct {
 	Pins            []Pin             `json:"pins"`
 	Forbidden       []string          `json:"forbidden_relays"`
 	Counters        map[string]uint64 `json:"counters"`
+	// KVPools summarises the key router's pools at this gateway (their
+	// totals are also in Counters: kv_requests, kv_replies, kv_errors,
+	// kv_failed_over).
+	KVPools []KVPoolSummary `json:"kv_pools,omitempty"`
 	// LastChange is the last change made through the API since the agent
 	// started; nil for none.
 	LastChange *Change `json:"last_change,omitempty"`

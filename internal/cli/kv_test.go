@@ -120,3 +120,16 @@ func TestKVCommands(t *testing.T) {
 		t.Errorf("unknown pool: exit %d, %q", code, errb.String())
 	}
 }
+
+// detour status lists the pools with their versions and counters.
+func TestStatusShowsKVPools(t *testing.T) {
+	raw, _ := json.Marshal(api.Status{Site: "lan", KVPools: []api.KVPoolSummary{{Name: "cache", Address: "10.20.0.250:11211", Version: 2,
+		Servers: 4, Up: 3, Requests: 100, Replies: 98, Errors: 1, FailedOver: 5}}})
+	var out bytes.Buffer
+	if err := printStatus(&out, raw); err != nil {
+		t.Fatal(err)
+	}
+	if flat := strings.Join(strings.Fields(out.String()), " "); !strings.Contains(flat, "cache 10.20.0.250:11211 2 3/4 100 98 1 5") {
+		t.Errorf("status does not show the pool:\n%s", out.String())
+	}
+}
