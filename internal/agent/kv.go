@@ -158,7 +158,7 @@ func (a *Agent) runKV(ctx context.Context) {
 		defer tick.Stop()
 		tickC = tick.C
 	}
-	for n := 0; ; n++ {
+	for n := 0; ; {
 		select {
 		case <-ctx.Done():
 			st.failPending()
@@ -167,11 +167,12 @@ func (a *Agent) runKV(ctx context.Context) {
 			req(st, a.clock.Mono())
 			continue
 		case <-tickC:
+			n++
 		}
 		now := a.clock.Mono()
 		routes := a.engine.Routes()
 		for _, ks := range st.servers {
-			a.kvWatch(ks, routes, now, n%kvProbeEvery == 0)
+			a.kvWatch(ks, routes, now, n%kvProbeEvery == 1)
 		}
 		st.track(now)
 		a.kvFinishPending(st, now)
