@@ -21,10 +21,11 @@ import (
 
 // TestKVRingChange adds a fourth memcached server (NEU host 2) to the
 // lanman2017-kv pool at run time, with `detour kv add-server` at every
-// gateway (the server's own site first; nothing distributes the change
-// yet), while clients at LAN set keys through the virtual address without
-// pause: no request may go unanswered across the change, every gateway
-// ends on version 2, and every key then lands where the new ring says.
+// gateway, 300 ms apart (the server's own site first; nothing distributes
+// the change yet), while 16 clients at LAN set keys through the virtual
+// address without pause: no request may go unanswered across the change,
+// every gateway ends on version 2, and every key then lands where the new
+// ring says.
 func TestKVRingChange(t *testing.T) {
 	o := withAgents(t, upWith(t, kvPrefix, "lanman2017-kv", "--overlay", "detour-plain"))
 	out, errOut, err := o.run("status", "--json")
@@ -119,7 +120,7 @@ func TestKVRingChange(t *testing.T) {
 	var sent, lost, bad atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for c := 0; c < 4; c++ {
+	for c := 0; c < 16; c++ {
 		cl := dialKV(t, o.host("LAN").NS, vip)
 		wg.Add(1)
 		go func() {
@@ -164,13 +165,16 @@ func TestKVRingChange(t *testing.T) {
 		if !strings.Contains(out, "version 2") {
 			t.Fatalf("%s: %s", site, out)
 		}
+		// As by hand, a while apart: the gateways run different
+		// versions meanwhile.
+		time.Sleep(300 * time.Millisecond)
 	}
 	changed := time.Since(t0)
 	during := sent.Load() - before
 	time.Sleep(time.Second)
 	close(stop)
 	wg.Wait()
-	t.Logf("add-server at 4 gateways took %v; %d requests sent in all (%d during the change), %d lost, %d errors",
+	t.Logf("add-server at 4 gateways, 300 ms apart, took %v; %d requests sent in all (%d during the change), %d lost, %d errors",
 		changed.Round(time.Millisecond), sent.Load(), during, lost.Load(), bad.Load())
 	if lost.Load() != 0 || bad.Load() != 0 {
 		t.Errorf("%d requests lost and %d errors across the change, want none", lost.Load(), bad.Load())
@@ -223,6 +227,9 @@ func TestKVRingChange(t *testing.T) {
 			}
 			if want && rg.Owner([]byte(k)) != j {
 				moved++
+				if a != newAddr.String() {
+					t.Fatalf("key %s moved from %s to %s, not to the new server", k, addrs[rg.Owner([]byte(k))], a)
+				}
 			}
 		}
 		t.Logf("%s holds %d keys, as the new ring says", a, n)
