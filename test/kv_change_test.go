@@ -25,7 +25,7 @@ import (
 // the change yet), while 16 clients at LAN set keys through the virtual
 // address without pause: no request may go unanswered across the change,
 // every gateway ends on version 2, and every key then lands where the new
-// ring says.
+// ring says. Then drain and undrain at LAN, and NEU's check latencies.
 func TestKVRingChange(t *testing.T) {
 	o := withAgents(t, upWith(t, kvPrefix, "lanman2017-kv", "--overlay", "detour-plain"))
 	out, errOut, err := o.run("status", "--json")
@@ -237,5 +237,62 @@ func TestKVRingChange(t *testing.T) {
 	t.Logf("%d of 1,000 keys belong elsewhere than on the old ring (all to the new server)", moved)
 	if moved == 0 {
 		t.Error("no key maps to the new server")
+	}
+
+	// Drained at LAN's gateway, the new server takes no key from LAN's
+	// clients: each of its keys goes to its failover on the ring, the
+	// others stay; undrained, it gets exactly its keys back.
+	out = o.mustDetour(t, "LAN", "kv", "drain", "cache", newAddr.String())
+	if !strings.Contains(out, "version 3") {
+		t.Fatalf("drain: %s", out)
+	}
+	setAll := func(prefix string) []string {
+		ks := make([]string, 400)
+		var reqs [][]byte
+		for i := range ks {
+			ks[i] = fmt.Sprintf("%s:%04d", prefix, i)
+			reqs = append(reqs, binSet(ks[i], "v"))
+		}
+		for i, r := range kv.exchange(reqs, 100, 500*time.Millisecond) {
+			if status(r) != 0 {
+				t.Fatalf("set %s: reply % x", ks[i], r)
+			}
+		}
+		return ks
+	}
+	check := func(ks []string, owner func(k string) int) {
+		t.Helper()
+		for j, a := range addrs {
+			held := heldKeys(t, o.host("LAN").NS, a, ks)
+			for _, k := range ks {
+				if want := owner(k) == j; held[k] != want {
+					t.Fatalf("key %s: on %s %v, want %v", k, a, held[k], want)
+				}
+			}
+		}
+	}
+	last := len(addrs) - 1
+	drainedKeys := setAll("drained")
+	check(drainedKeys, func(k string) int { return rg2.Next([]byte(k), func(i int) bool { return i == last }) })
+	o.mustDetour(t, "LAN", "kv", "undrain", "cache", newAddr.String())
+	undrained := setAll("undrained")
+	check(undrained, func(k string) int { return rg2.Owner([]byte(k)) })
+	t.Logf("drained at LAN: 400 keys each on its failover; undrained: 400 keys each on its ring owner")
+
+	// NEU's gateway checks its two servers and times the checks.
+	var p api.KVPool
+	if err := json.Unmarshal([]byte(o.mustDetour(t, "NEU", "kv", "show", "cache", "--json")), &p); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range p.Servers {
+		switch {
+		case s.Local && (s.Latency == nil || s.Latency.Samples == 0):
+			t.Errorf("NEU: local server %s has no check latency", s.Address)
+		case s.Local:
+			t.Logf("NEU: %s check round trip p50 %.3f ms, p99 %.3f ms over %d checks; %d requests, %d replies",
+				s.Address, s.Latency.P50Ms, s.Latency.P99Ms, s.Latency.Samples, s.Requests, s.Replies)
+		case s.Latency != nil:
+			t.Errorf("NEU: remote server %s has a check latency", s.Address)
+		}
 	}
 }

@@ -46,7 +46,9 @@ type KVServer struct {
 	State        string  `json:"state"`
 	SinceSeconds float64 `json:"since_seconds"`
 	Requests     uint64  `json:"requests"`
-	Replies      uint64  `json:"replies"`
+	// Replies counts the server's replies this gateway saw, those to
+	// its health checks included.
+	Replies uint64 `json:"replies"`
 	// Errors counts health checks that went unanswered and the times
 	// passive detection found requests unanswered in time.
 	Errors uint64 `json:"errors"`
