@@ -70,8 +70,10 @@ type kvServer struct {
 	since   int64
 	errors  uint64
 	drained bool
-	rtt     [kvRTTSamples]time.Duration
-	nrtt    int // samples taken; the last kvRTTSamples are kept
+	// probeSent is whether the check of probeAt left (it needs the MAC).
+	probeSent bool
+	rtt       [kvRTTSamples]time.Duration
+	nrtt      int // samples taken; the last kvRTTSamples are kept
 }
 
 // kvRTTSamples is how many health-check round trips a server keeps (at
@@ -142,8 +144,6 @@ func kvPoolSpec(pc config.KVPool) router.PoolSpec {
 	return ps
 }
 
-// runKV routes the configured pools and watches their servers until ctx
-// is done.
 // runKV routes the configured pools and watches their servers until ctx
 // is done; it also carries out the API's requests (kv_api.go). A site
 // without pools only answers requests.
@@ -248,10 +248,10 @@ func (a *Agent) kvProbe(ks *kvServer, now int64, probe, need bool) {
 	}
 	if ks.probeAt != 0 {
 		ok := s.LastReply() >= ks.probeAt
-		if at := s.HealthReplyAt(); at >= ks.probeAt {
+		if at := s.HealthReplyAt(); ks.probeSent && at >= ks.probeAt {
 			ks.rtt[ks.nrtt%kvRTTSamples] = time.Duration(at - ks.probeAt)
 			ks.nrtt++
-		} else {
+		} else if ks.probeSent {
 			ks.errors++
 		}
 		if ks.health.Observe(ok) {
@@ -261,7 +261,7 @@ func (a *Agent) kvProbe(ks *kvServer, now int64, probe, need bool) {
 			a.log.Info("kv server health", "pool", ks.pool.Name, "server", s.Addr, "down", ks.health.Down())
 		}
 	}
-	ks.probeAt = now
+	ks.probeAt, ks.probeSent = now, known
 	if known {
 		a.kvWrite(ks.port, kvNoop(ks.probe[:], ks.pool, s, mac))
 	}
