@@ -76,8 +76,9 @@ type Agent struct {
 	hs          *handshakes       // the handshake path, with sec
 	history     *history.Recorder // links' last hour and route changes, for the API
 	ctlIn       chan ctlPacket
-	reqs        chan func() // the API's requests to the control loop
-	running     atomic.Bool // the control loop takes requests
+	reqs        chan func()                // the API's requests to the control loop
+	kvReqs      chan func(*kvState, int64) // the API's requests to the key router's loop (kv.go)
+	running     atomic.Bool                // the control loop takes requests
 	stopped     chan struct{}
 	started     time.Time
 	registry    *prometheus.Registry
@@ -118,7 +119,7 @@ func New(cfg *config.Agent, opt Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: opt.Logger, clock: opt.Clock, conn: opt.Conn, version: opt.Version,
-		ctlIn: make(chan ctlPacket, 1024), reqs: make(chan func()), stopped: make(chan struct{}), history: history.New(time.Now()), netCfg: map[uint32]config.Network{}}
+		ctlIn: make(chan ctlPacket, 1024), reqs: make(chan func()), kvReqs: make(chan func(*kvState, int64)), stopped: make(chan struct{}), history: history.New(time.Now()), netCfg: map[uint32]config.Network{}}
 	if a.log == nil {
 		a.log = slog.Default()
 	}

@@ -25,6 +25,7 @@ func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 // Status implements api.Backend.
 func (a *Agent) Status() (s api.Status) {
 	a.do(func() { s = a.status() })
+	a.kvStatus(&s) // on the kv loop, not the control loop (kv_api.go)
 	return s
 }
 

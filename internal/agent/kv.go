@@ -22,7 +22,8 @@ import (
 // router table from the kv_pools of this site's configuration, learns
 // the MACs of this site's servers, checks their health and watches the
 // others passively. Pools are read from every gateway's own
-// configuration; nothing distributes them over the control plane yet.
+// configuration and changed at run time through the API (kv_api.go);
+// nothing distributes them over the control plane yet.
 
 // Timing of the key router's checks.
 const (
@@ -61,13 +62,45 @@ type kvServer struct {
 	probe     [128]byte
 	passiveDn bool
 	siteDown  bool
+
+	// For the API (kv_api.go): the state shown and since when, errors
+	// (unanswered health checks and passive detections) and the last
+	// health-check round trips.
+	state   string
+	since   int64
+	errors  uint64
+	drained bool
+	// probeSent is whether the check of probeAt left (it needs the MAC).
+	probeSent bool
+	rtt       [kvRTTSamples]time.Duration
+	nrtt      int // samples taken; the last kvRTTSamples are kept
+}
+
+// kvRTTSamples is how many health-check round trips a server keeps (at
+// one per 100 ms: the last 25.6 s).
+const kvRTTSamples = 256
+
+// kvNet is a network with pools: its name and its port, whose KV pointer
+// holds the table in force (written only by the kv loop).
+type kvNet struct {
+	name string
+	port *datapath.Port
+}
+
+// kvState is the key router's loop's own state: the networks with pools,
+// the servers it watches, and changes waiting for a new local server's
+// MAC (kv_api.go).
+type kvState struct {
+	nets    []kvNet
+	servers []*kvServer
+	pending []*kvPending
 }
 
 // kvTables builds the router table of every network that has pools and
-// installs it on the network's port. It returns the servers to watch.
-func (a *Agent) kvTables() []*kvServer {
+// installs it on the network's port. It returns the state of the loop.
+func (a *Agent) kvTables() *kvState {
 	self := wire.SiteIDFromName(a.cfg.Site)
-	var out []*kvServer
+	st := &kvState{}
 	for _, n := range a.cfg.Networks {
 		spec := router.Spec{Self: self}
 		if p, err := netip.ParsePrefix(n.Subnet); err == nil {
@@ -91,14 +124,13 @@ func (a *Agent) kvTables() []*kvServer {
 			continue
 		}
 		port.KV.Store(t)
+		st.nets = append(st.nets, kvNet{name: n.Name, port: port})
 		for _, p := range t.Pools() {
 			a.log.Info("kv pool routed", "pool", p.Name, "network", n.Name, "address", p.VIP, "servers", len(p.Servers))
-			for _, s := range p.Servers {
-				out = append(out, &kvServer{s: s, port: port, pool: p, retry: kvRetryMin})
-			}
 		}
+		st.sync(st.nets[len(st.nets)-1], t, a.clock.Mono())
 	}
-	return out
+	return st
 }
 
 // kvPoolSpec translates a validated pool of the configuration.
@@ -113,28 +145,37 @@ func kvPoolSpec(pc config.KVPool) router.PoolSpec {
 }
 
 // runKV routes the configured pools and watches their servers until ctx
-// is done.
+// is done; it also carries out the API's requests (kv_api.go). A site
+// without pools only answers requests.
 func (a *Agent) runKV(ctx context.Context) {
-	servers := a.kvTables()
-	if len(servers) == 0 {
-		return
+	st := a.kvTables()
+	var tickC <-chan time.Time
+	if len(st.nets) > 0 {
+		if a.registry != nil {
+			a.registry.MustRegister(kvCollector{st.nets})
+		}
+		tick := time.NewTicker(kvTick)
+		defer tick.Stop()
+		tickC = tick.C
 	}
-	if a.registry != nil {
-		a.registry.MustRegister(kvCollector{servers})
-	}
-	tick := time.NewTicker(kvTick)
-	defer tick.Stop()
-	for n := 0; ; n++ {
+	for n := 0; ; {
 		select {
 		case <-ctx.Done():
+			st.failPending()
 			return
-		case <-tick.C:
+		case req := <-a.kvReqs:
+			req(st, a.clock.Mono())
+			continue
+		case <-tickC:
+			n++
 		}
 		now := a.clock.Mono()
 		routes := a.engine.Routes()
-		for _, ks := range servers {
-			a.kvWatch(ks, routes, now, n%kvProbeEvery == 0)
+		for _, ks := range st.servers {
+			a.kvWatch(ks, routes, now, n%kvProbeEvery == 1)
 		}
+		st.track(now)
+		a.kvFinishPending(st, now)
 	}
 }
 
@@ -176,6 +217,7 @@ func (a *Agent) kvPassive(ks *kvServer, routes datapath.Routes, now int64) {
 			ks.retry = kvRetryMin
 		}
 		ks.downAt, ks.passiveDn = now, true
+		ks.errors++
 		a.log.Warn("kv server out: no reply", "pool", ks.pool.Name, "server", s.Addr, "waited", time.Duration(now-p))
 		return
 	}
@@ -206,6 +248,12 @@ func (a *Agent) kvProbe(ks *kvServer, now int64, probe, need bool) {
 	}
 	if ks.probeAt != 0 {
 		ok := s.LastReply() >= ks.probeAt
+		if at := s.HealthReplyAt(); ks.probeSent && at >= ks.probeAt {
+			ks.rtt[ks.nrtt%kvRTTSamples] = time.Duration(at - ks.probeAt)
+			ks.nrtt++
+		} else if ks.probeSent {
+			ks.errors++
+		}
 		if ks.health.Observe(ok) {
 			s.SetDown(ks.health.Down())
 			s.ClearPending()
@@ -213,7 +261,7 @@ func (a *Agent) kvProbe(ks *kvServer, now int64, probe, need bool) {
 			a.log.Info("kv server health", "pool", ks.pool.Name, "server", s.Addr, "down", ks.health.Down())
 		}
 	}
-	ks.probeAt = now
+	ks.probeAt, ks.probeSent = now, known
 	if known {
 		a.kvWrite(ks.port, kvNoop(ks.probe[:], ks.pool, s, mac))
 	}
@@ -260,13 +308,15 @@ func kvNoop(b []byte, p *router.Pool, s *router.Server, mac [6]byte) []byte {
 	return b[:l+frame.IPv4HeaderLen+udpLen]
 }
 
-// kvCollector exports the pools' counters per pool and server.
-type kvCollector struct{ servers []*kvServer }
+// kvCollector exports the pools' counters per pool and server, from the
+// tables in force.
+type kvCollector struct{ nets []kvNet }
 
 var (
 	kvRequestsDesc = prometheus.NewDesc("detour_kv_requests_total", "Requests routed to a pool's server by this gateway.", []string{"pool", "server"}, nil)
 	kvRepliesDesc  = prometheus.NewDesc("detour_kv_replies_total", "Replies of a pool's server seen by this gateway.", []string{"pool", "server"}, nil)
-	kvUpDesc       = prometheus.NewDesc("detour_kv_server_up", "1 while requests may go to the server (its health and its site's).", []string{"pool", "server"}, nil)
+	kvUpDesc       = prometheus.NewDesc("detour_kv_server_up", "1 while requests may go to the server (its health and its site's, and not drained).", []string{"pool", "server"}, nil)
+	kvVersionDesc  = prometheus.NewDesc("detour_kv_pool_version", "The pool's version at this gateway: 1 as configured, one more per change at run time.", []string{"pool"}, nil)
 	kvPoolDesc     = prometheus.NewDesc("detour_kv_pool_total", "A pool's counters by name (errors answered, drops by reason, splits, failovers).", []string{"pool", "counter"}, nil)
 )
 
@@ -275,33 +325,40 @@ func (c kvCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- kvRepliesDesc
 	ch <- kvUpDesc
 	ch <- kvPoolDesc
+	ch <- kvVersionDesc
 }
 
 func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
-	seen := map[*router.Pool]bool{}
-	for _, ks := range c.servers {
-		p, s := ks.pool, ks.s
+	for _, n := range c.nets {
+		if t := n.port.KV.Load(); t != nil {
+			for _, p := range t.Pools() {
+				collectPool(ch, p)
+			}
+		}
+	}
+}
+
+// collectPool exports one pool's counters.
+func collectPool(ch chan<- prometheus.Metric, p *router.Pool) {
+	for i, s := range p.Servers {
 		name := s.Addr.String()
 		ch <- prometheus.MustNewConstMetric(kvRequestsDesc, prometheus.CounterValue, float64(s.Requests.Load()), p.Name, name)
 		ch <- prometheus.MustNewConstMetric(kvRepliesDesc, prometheus.CounterValue, float64(s.Replies.Load()), p.Name, name)
 		up := 0.0
-		if s.Usable() {
+		if s.Usable() && !p.Drained[i] {
 			up = 1
 		}
 		ch <- prometheus.MustNewConstMetric(kvUpDesc, prometheus.GaugeValue, up, p.Name, name)
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
-		for counter, v := range kvPoolCounters(p) {
-			ch <- prometheus.MustNewConstMetric(kvPoolDesc, prometheus.CounterValue, float64(v), p.Name, counter)
-		}
+	}
+	ch <- prometheus.MustNewConstMetric(kvVersionDesc, prometheus.GaugeValue, float64(p.Version), p.Name)
+	for counter, v := range kvPoolCounters(p) {
+		ch <- prometheus.MustNewConstMetric(kvPoolDesc, prometheus.CounterValue, float64(v), p.Name, counter)
 	}
 }
 
 // kvPoolCounters returns a pool's counters by name.
 func kvPoolCounters(p *router.Pool) map[string]uint64 {
-	st := &p.Stats
+	st := p.Stats
 	return map[string]uint64{
 		"requests":          st.Requests.Load(),
 		"replies":           st.Replies.Load(),

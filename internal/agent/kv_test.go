@@ -128,6 +128,11 @@ func TestKVHealthChecks(t *testing.T) {
 			t.Fatalf("check %d: server down while answering", i)
 		}
 	}
+	// Each answered check gave its round trip (the first check left
+	// before the MAC was known, so it counts neither way).
+	if ks.nrtt != 4 || ks.rtt[3] != 1 || ks.errors != 0 {
+		t.Fatalf("%d round trips (last %v), %d errors; want 4 of 1ns, 0", ks.nrtt, ks.rtt[3], ks.errors)
+	}
 	// It stops answering: down after two missed checks, not one.
 	for i := 0; i < 2; i++ {
 		now += step
@@ -141,6 +146,9 @@ func TestKVHealthChecks(t *testing.T) {
 	a.kvWatch(ks, routes, now, true)
 	if s.Usable() {
 		t.Fatal("still up after two missed checks")
+	}
+	if ks.errors != 2 || ks.nrtt != 5 { // the fifth answered check is judged at the first missed one
+		t.Fatalf("%d errors, %d round trips after two missed checks", ks.errors, ks.nrtt)
 	}
 	// It answers again: readmitted after five good checks.
 	for i := 0; i < router.UpAfter+1; i++ {

@@ -39,6 +39,14 @@ type Backend interface {
 	// a file with an error, or a change that needs a restart, is refused
 	// (ErrBadRequest) and the running configuration stays.
 	Reload() (Reload, error)
+	// KVPools returns the key router's pools at this gateway (kv.go).
+	KVPools() []KVPool
+	// KVPool returns one pool, or ErrNotFound.
+	KVPool(name string) (KVPool, error)
+	// KVChange changes a pool's servers at this gateway and returns the
+	// pool as it is afterwards: ErrNotFound for an unknown pool or
+	// server, ErrBadRequest for a change that cannot be made.
+	KVChange(pool string, c KVChange) (KVPool, error)
 }
 
 // ErrNotFound is returned by a Backend for an unknown site; the server
@@ -114,6 +122,7 @@ func (s *Server) reads(mux *http.ServeMux) {
 		reply(w, why, err)
 	})
 	mux.HandleFunc("GET /v1/networks", func(w http.ResponseWriter, r *http.Request) { reply(w, b.Networks(), nil) })
+	s.kvReads(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	s.live(mux)
 	mux.Handle("GET /", ui.Handler())
@@ -180,6 +189,7 @@ func (s *Server) changes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
 		s.change(w, r, "reload", func() (any, error) { return b.Reload() })
 	})
+	s.kvChanges(mux)
 }
 
 // change carries out a change, logs it with its caller and the outcome,

@@ -30,6 +30,9 @@
 //	*DELETE /v1/networks/{name}        detach it
 //	*PUT    /v1/networks/{name}/limits Limits: change its rates
 //	*PUT    /v1/egress                 Egress: the site's total egress capacity
+//	 GET    /v1/kv/pools               []KVPool: the key router's pools (kv.go)
+//	 GET    /v1/kv/pools/{name}        KVPool
+//	*POST   /v1/kv/pools/{name}/servers ...  ring changes (kv.go)
 //	 GET    /metrics                   Prometheus text format
 //
 // Errors are returned as {"error": "..."} with a 4xx or 5xx status.
@@ -62,6 +65,10 @@ type Status struct {
 	// "forbid SITE"); they apply when the sites join.
 	Waiting  []string          `json:"waiting_overrides,omitempty"`
 	Counters map[string]uint64 `json:"counters"`
+	// KVPools summarises the key router's pools at this gateway (their
+	// totals are also in Counters: kv_requests, kv_replies, kv_errors,
+	// kv_failed_over).
+	KVPools []KVPoolSummary `json:"kv_pools,omitempty"`
 	// LastChange is the last change made through the API since the agent
 	// started; nil for none.
 	LastChange *Change `json:"last_change,omitempty"`

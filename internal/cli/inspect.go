@@ -206,6 +206,14 @@ func printStatus(w io.Writer, raw []byte) error {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", n.Name, n.ID, n.TAP, n.MTU)
 		}
 	})
+	if len(s.KVPools) > 0 {
+		fmt.Fprintln(w)
+		table(w, "KV POOL\tADDRESS\tVERSION\tSERVERS UP\tREQUESTS\tREPLIES\tERRORS\tFAILOVERS", func(tw io.Writer) {
+			for _, p := range s.KVPools {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%d\t%d\t%d\t%d\n", p.Name, p.Address, p.Version, p.Up, p.Servers, p.Requests, p.Replies, p.Errors, p.FailedOver)
+			}
+		})
+	}
 	for _, p := range s.Pins {
 		fmt.Fprintf(w, "pinned: %s via [%s]\n", p.Dest, strings.Join(p.Via, " "))
 	}

@@ -250,7 +250,7 @@ func (w *Worker) build(b []byte, i int, h memcache.FrameHeader, req []byte) ([]b
 // inPlace) for server o of p (-1: a request without a key, for the first
 // usable server) and emits it.
 func (w *Worker) route(t *Table, p *Pool, f *frame.Frame, b []byte, inPlace bool, o int, quiet bool, now int64) {
-	if o < 0 || !p.Servers[o].Usable() {
+	if o < 0 || !p.usable(o) {
 		o = p.firstUsable()
 	}
 	if o < 0 {
@@ -297,8 +297,8 @@ func (w *Worker) route(t *Table, p *Pool, f *frame.Frame, b []byte, inPlace bool
 
 // firstUsable returns the first server requests may go to, or -1.
 func (p *Pool) firstUsable() int {
-	for i, s := range p.Servers {
-		if s.Usable() {
+	for i := range p.Servers {
+		if p.usable(i) {
 			return i
 		}
 	}
@@ -344,6 +344,7 @@ func (w *Worker) healthReply(t *Table, b []byte, dst, src uint32, sport uint16, 
 		}
 		if s := p.server(src, sport); s != nil {
 			s.replied(now)
+			s.healthReply.Store(now)
 			p.Stats.HealthReplies.Add(1)
 			if s.Local && s.mac.Load() == 0 {
 				learnMAC(t, src, frame.Src(b))

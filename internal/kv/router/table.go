@@ -24,9 +24,12 @@ type Spec struct {
 
 // PoolSpec is one pool.
 type PoolSpec struct {
-	Name    string
-	VIP     netip.AddrPort
-	Hash    ring.Hash
+	Name string
+	VIP  netip.AddrPort
+	Hash ring.Hash
+	// Version counts the pool's definitions: 1 as configured, one more
+	// for each change made at run time (see Apply).
+	Version uint64
 	Servers []ServerSpec
 }
 
@@ -36,6 +39,9 @@ type ServerSpec struct {
 	Weight   uint32
 	Site     wire.SiteID
 	SiteName string
+	// Drained keeps the server in the ring but sends it no keys: its keys
+	// go to their failover until it is undrained.
+	Drained bool
 }
 
 // DefaultRateLimit is the requests per second a source may send when the
@@ -51,25 +57,35 @@ type Table struct {
 	subnetLo  uint32
 	subnetMsk uint32
 	rate      int
+	spec      Spec // as built, for changes at run time (see Replace)
 	pools     []*Pool
 	marks     []atomic.Uint32 // client marks, see the package comment
 }
 
 // Pool is one pool of a Table.
 type Pool struct {
-	Name  string
-	VIP   netip.AddrPort
-	index int
-	vip   [4]byte
-	vip32 uint32
-	port  uint16
-	mac   [6]byte
-	ring  *ring.Ring
-	// Servers are in configuration order, the ring's indexes.
+	Name    string
+	VIP     netip.AddrPort
+	Hash    ring.Hash
+	Version uint64
+	index   int
+	vip     [4]byte
+	vip32   uint32
+	port    uint16
+	mac     [6]byte
+	ring    *ring.Ring
+	// Servers are in configuration order, the ring's indexes. A server
+	// that stays across a change at run time keeps its *Server (its
+	// health, MAC and counters).
 	Servers []*Server
+	// Drained[i] is true when Servers[i] takes no keys (see ServerSpec).
+	Drained []bool
+	spec    PoolSpec
 	owner   func(key []byte) int // the ring's owner with failover, bound once
 	skip    func(i int) bool
-	Stats   PoolStats
+	// Stats are the pool's counters, shared by the pool's successors
+	// across changes at run time.
+	Stats *PoolStats
 }
 
 // PoolStats are a pool's counters.
@@ -107,10 +123,14 @@ type Server struct {
 	needARP  atomic.Bool   // a request found no MAC: the agent should ask
 
 	lastReply    atomic.Int64  // when a reply from it was last seen (ns)
+	healthReply  atomic.Int64  // when a reply to a health check was last seen (ns)
 	pendingSince atomic.Int64  // first request sent since the last reply, 0 if none
 	unanswered   atomic.Uint32 // requests sent since the last reply
 	Requests     atomic.Uint64
 	Replies      atomic.Uint64
+	// FailedOver counts requests for the server's keys that went to
+	// another server because it was down or drained.
+	FailedOver atomic.Uint64
 }
 
 // Errors of New.
@@ -120,18 +140,31 @@ var (
 )
 
 // New builds the table of spec.
-func New(spec Spec) (*Table, error) {
+func New(spec Spec) (*Table, error) { return build(spec, nil) }
+
+// build builds the table of spec; with prev, servers and pools that
+// prev has keep their state (see Replace).
+func build(spec Spec, prev *Table) (*Table, error) {
 	if !spec.Subnet.IsValid() || !spec.Subnet.Addr().Is4() {
 		return nil, ErrSubnet
 	}
-	t := &Table{self: spec.Self, subnet: spec.Subnet.Masked(), rate: spec.RateLimit, marks: make([]atomic.Uint32, markSlots)}
+	t := &Table{self: spec.Self, subnet: spec.Subnet.Masked(), rate: spec.RateLimit, spec: cloneSpec(spec)}
 	if t.rate <= 0 {
 		t.rate = DefaultRateLimit
+	}
+	if prev != nil {
+		t.marks = prev.marks
+	} else {
+		t.marks = make([]atomic.Uint32, markSlots)
 	}
 	t.subnetLo = be32(t.subnet.Addr().As4())
 	t.subnetMsk = ^uint32(0) << (32 - t.subnet.Bits())
 	for i, ps := range spec.Pools {
-		p, err := newPool(t, ps)
+		var old *Pool
+		if prev != nil {
+			old = prev.Pool(ps.Name)
+		}
+		p, err := newPool(t, ps, old)
 		if err != nil {
 			return nil, err
 		}
@@ -141,11 +174,20 @@ func New(spec Spec) (*Table, error) {
 	return t, nil
 }
 
-func newPool(t *Table, ps PoolSpec) (*Pool, error) {
+// newPool builds pool ps of t; with old, the servers old has at the
+// same address and site, and old's counters, carry over.
+func newPool(t *Table, ps PoolSpec, old *Pool) (*Pool, error) {
 	if !ps.VIP.Addr().Is4() || !t.subnet.Contains(ps.VIP.Addr()) {
 		return nil, fmt.Errorf("%w: pool %s: %v", ErrVIP, ps.Name, ps.VIP)
 	}
-	p := &Pool{Name: ps.Name, VIP: ps.VIP, vip: ps.VIP.Addr().As4(), port: ps.VIP.Port()}
+	if ps.Version == 0 {
+		ps.Version = 1
+	}
+	p := &Pool{Name: ps.Name, VIP: ps.VIP, Hash: ps.Hash, Version: ps.Version, vip: ps.VIP.Addr().As4(), port: ps.VIP.Port(),
+		spec: clonePool(ps), Stats: &PoolStats{}}
+	if old != nil {
+		p.Stats = old.Stats
+	}
 	p.vip32 = be32(p.vip)
 	p.mac = VirtualMAC(ps.VIP.Addr())
 	rs := make([]ring.Server, len(ps.Servers))
@@ -154,27 +196,41 @@ func newPool(t *Table, ps PoolSpec) (*Pool, error) {
 			return nil, fmt.Errorf("router: pool %s: server %v is not IPv4", ps.Name, s.Addr)
 		}
 		rs[i] = ring.Server{Host: s.Addr.Addr().String(), Port: s.Addr.Port(), Weight: s.Weight}
-		srv := &Server{Addr: s.Addr, Site: s.Site, SiteName: s.SiteName, Local: s.Site == t.self,
-			ip: s.Addr.Addr().As4(), port: s.Addr.Port()}
-		srv.ip32 = be32(srv.ip)
+		var srv *Server
+		if old != nil {
+			if o := old.ServerAt(s.Addr); o != nil && o.Site == s.Site {
+				srv = o
+			}
+		}
+		if srv == nil {
+			srv = &Server{Addr: s.Addr, Site: s.Site, SiteName: s.SiteName, Local: s.Site == t.self,
+				ip: s.Addr.Addr().As4(), port: s.Addr.Port()}
+			srv.ip32 = be32(srv.ip)
+		}
 		p.Servers = append(p.Servers, srv)
+		p.Drained = append(p.Drained, s.Drained)
 	}
 	r, err := ring.New(ps.Hash, rs)
 	if err != nil {
 		return nil, fmt.Errorf("router: pool %s: %w", ps.Name, err)
 	}
 	p.ring = r
-	p.skip = func(i int) bool { return !p.Servers[i].Usable() }
+	p.skip = func(i int) bool { return !p.usable(i) }
 	p.owner = func(key []byte) int {
 		o := p.ring.Owner(key)
-		if p.Servers[o].Usable() {
+		if p.usable(o) {
 			return o
 		}
 		p.Stats.FailedOver.Add(1)
+		p.Servers[o].FailedOver.Add(1)
 		return p.ring.Next(key, p.skip)
 	}
 	return p, nil
 }
+
+// usable reports whether server i may take requests: healthy, its site
+// reachable, and not drained.
+func (p *Pool) usable(i int) bool { return !p.Drained[i] && p.Servers[i].Usable() }
 
 // VirtualMAC is the MAC address a pool's virtual address answers ARP
 // with: locally administered and unicast, 02:6b followed by the address,
@@ -197,6 +253,16 @@ func (t *Table) inSubnet(a uint32) bool { return a&t.subnetMsk == t.subnetLo }
 func (t *Table) poolByVIP(ip uint32, port uint16) *Pool {
 	for _, p := range t.pools {
 		if p.vip32 == ip && p.port == port {
+			return p
+		}
+	}
+	return nil
+}
+
+// Pool returns the pool named name, or nil.
+func (t *Table) Pool(name string) *Pool {
+	for _, p := range t.pools {
+		if p.Name == name {
 			return p
 		}
 	}
@@ -270,6 +336,11 @@ func (s *Server) TakeNeedARP() bool { return s.needARP.Swap(false) }
 
 // LastReply returns when a reply from the server was last seen (0: never).
 func (s *Server) LastReply() int64 { return s.lastReply.Load() }
+
+// HealthReplyAt returns when the server's last reply to a health check
+// was seen (0: never); with the time the check left, the agent measures
+// the round trip from the gateway.
+func (s *Server) HealthReplyAt() int64 { return s.healthReply.Load() }
 
 // PendingSince returns when the first request sent since the server's
 // last reply left, or 0 when every request has been answered since.

@@ -209,6 +209,8 @@ function drawRoutes(u) {
 
 const shownCounters = [["frames_in", "frames from the site"], ["frames_out", "frames to the site"], ["bytes_sent", "bytes sent"],
   ["bytes_received", "bytes received"], ["relayed", "packets relayed for others"], ["holds", "switch holds"]];
+// The key router's totals, shown only at a gateway with kv pools.
+const kvCounters = [["kv_requests", "kv requests routed"], ["kv_failed_over", "kv requests failed over"], ["kv_errors", "kv errors answered"]];
 
 function drawCounters(u) {
   const dl = $("#counters");
@@ -216,7 +218,8 @@ function drawCounters(u) {
   const c = u.counters || {};
   let drops = 0;
   for (const k in c) if (k.startsWith("drop_")) drops += c[k];
-  for (const [k, label] of [...shownCounters, ["", "drops"]]) {
+  const kv = kvCounters.filter(([k]) => k in c);
+  for (const [k, label] of [...shownCounters, ...kv, ["", "drops"]]) {
     dl.append(el("dt", {}, label), el("dd", { "data-counter": k || "drops" }, (k ? c[k] || 0 : drops).toLocaleString()));
   }
 }

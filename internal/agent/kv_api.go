@@ -1,0 +1,373 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/api"
+	"github.com/detour-overlay/detour/internal/config"
+	"github.com/detour-overlay/detour/internal/kv/router"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// The key router's side of api.Backend: views of the pools and ring
+// changes at run time. Each is a request into the kv loop (runKV), which
+// owns kvState and is the only writer of the ports' KV pointers. A change
+// builds a new table (router.Apply, Table.Replace) and swaps the pointer,
+// so the data path never sees a half-made change and loses no request.
+// Changes apply to this gateway only; distributing them over the control
+// plane is later work, which can compare the pools' versions.
+
+// kvAddWait bounds how long adding a server of this site waits for its
+// MAC before the change is given up.
+const kvAddWait = time.Second
+
+// kvPending is an added server of this site that is in the table, drained,
+// until its MAC is known, so that no request for its keys is dropped for
+// want of it; then final (the pool with it undrained) is installed.
+type kvPending struct {
+	net      kvNet
+	orig     router.PoolSpec // the pool before the change, restored on timeout
+	final    router.PoolSpec
+	addr     netip.AddrPort
+	deadline int64
+	reply    chan kvResult
+}
+
+type kvResult struct {
+	pool api.KVPool
+	err  error
+}
+
+// errKVStopped answers requests made when the kv loop does not run.
+var errKVStopped = errors.New("the agent's key router is not running")
+
+// kvDo runs f on the kv loop and waits for it; false when the loop does
+// not run.
+func (a *Agent) kvDo(f func(st *kvState, now int64)) bool {
+	if !a.running.Load() {
+		return false
+	}
+	done := make(chan struct{})
+	select {
+	case a.kvReqs <- func(st *kvState, now int64) { f(st, now); close(done) }:
+		<-done
+		return true
+	case <-a.stopped:
+		return false
+	}
+}
+
+// KVPools implements api.Backend.
+func (a *Agent) KVPools() []api.KVPool {
+	out := []api.KVPool{}
+	a.kvDo(func(st *kvState, now int64) {
+		for _, n := range st.nets {
+			for _, p := range n.port.KV.Load().Pools() {
+				out = append(out, st.view(n, p, now))
+			}
+		}
+	})
+	return out
+}
+
+// KVPool implements api.Backend.
+func (a *Agent) KVPool(name string) (out api.KVPool, err error) {
+	err = fmt.Errorf("%w: no kv pool %q at this gateway", api.ErrNotFound, name)
+	a.kvDo(func(st *kvState, now int64) {
+		if n, _, p := st.find(name); p != nil {
+			out, err = st.view(n, p, now), nil
+		}
+	})
+	return out, err
+}
+
+// KVChange implements api.Backend.
+func (a *Agent) KVChange(pool string, c api.KVChange) (api.KVPool, error) {
+	reply := make(chan kvResult, 1)
+	if !a.kvDo(func(st *kvState, now int64) { a.kvChange(st, now, pool, c, reply) }) {
+		return api.KVPool{}, errKVStopped
+	}
+	select {
+	case r := <-reply:
+		return r.pool, r.err
+	case <-a.stopped:
+		return api.KVPool{}, errKVStopped
+	}
+}
+
+// KVPoolConfigs returns the pools in force at this gateway, changes made
+// at run time included, as configuration values: the hook for storing
+// run-time state durably. A drained server is returned as a plain server
+// (the configuration has no drain yet).
+func (a *Agent) KVPoolConfigs() []config.KVPool {
+	var out []config.KVPool
+	a.kvDo(func(st *kvState, _ int64) { out = st.configs() })
+	return out
+}
+
+// configs returns the pools as configuration values.
+func (st *kvState) configs() []config.KVPool {
+	var out []config.KVPool
+	for _, n := range st.nets {
+		for _, p := range n.port.KV.Load().Pools() {
+			ps := p.Spec()
+			pc := config.KVPool{Name: ps.Name, Network: n.name, Address: ps.VIP.String(), Hash: ps.Hash.String()}
+			for _, s := range ps.Servers {
+				pc.Servers = append(pc.Servers, config.KVServer{Address: s.Addr.String(), Weight: int(s.Weight), Site: s.SiteName})
+			}
+			out = append(out, pc)
+		}
+	}
+	return out
+}
+
+// find returns the network, table and pool named name; a nil pool when
+// there is none.
+func (st *kvState) find(name string) (kvNet, *router.Table, *router.Pool) {
+	for _, n := range st.nets {
+		t := n.port.KV.Load()
+		if p := t.Pool(name); p != nil {
+			return n, t, p
+		}
+	}
+	return kvNet{}, nil, nil
+}
+
+// kvParseChange turns the API's change into the router's, or says what is
+// wrong with it.
+func kvParseChange(c api.KVChange) (router.Change, error) {
+	var ch router.Change
+	switch c.Op {
+	case api.KVAdd:
+		ch.Op = router.AddServer
+	case api.KVRemove:
+		ch.Op = router.RemoveServer
+	case api.KVDrain:
+		ch.Op = router.Drain
+	case api.KVUndrain:
+		ch.Op = router.Undrain
+	default:
+		return ch, fmt.Errorf("%w: unknown change %q", api.ErrBadRequest, c.Op)
+	}
+	addr, err := netip.ParseAddrPort(c.Address)
+	if err != nil {
+		return ch, fmt.Errorf("%w: server address %q is not IPv4:port", api.ErrBadRequest, c.Address)
+	}
+	ch.Server.Addr = addr
+	if ch.Op == router.AddServer {
+		if c.Site == "" {
+			return ch, fmt.Errorf("%w: server %v: the site is missing (the site whose network the server is on)", api.ErrBadRequest, addr)
+		}
+		ch.Server.Site, ch.Server.SiteName = wire.SiteIDFromName(c.Site), c.Site
+		ch.Server.Weight = max(c.Weight, 1)
+	}
+	return ch, nil
+}
+
+// kvChange carries out a change on the kv loop and sends its outcome to
+// reply, at once or, for a server of this site, once its MAC is known.
+func (a *Agent) kvChange(st *kvState, now int64, name string, c api.KVChange, reply chan kvResult) {
+	fail := func(err error) { reply <- kvResult{err: err} }
+	n, t, p := st.find(name)
+	if p == nil {
+		fail(fmt.Errorf("%w: no kv pool %q at this gateway", api.ErrNotFound, name))
+		return
+	}
+	if slices.ContainsFunc(st.pending, func(q *kvPending) bool { return q.final.Name == name }) {
+		fail(fmt.Errorf("%w: pool %s: another change is waiting for a new server's MAC; try again", api.ErrBadRequest, name))
+		return
+	}
+	ch, err := kvParseChange(c)
+	if err != nil {
+		fail(err)
+		return
+	}
+	orig := p.Spec()
+	ps, err := router.Apply(t.Subnet(), orig, ch)
+	switch {
+	case errors.Is(err, router.ErrUnknownServer):
+		fail(fmt.Errorf("%w: %v", api.ErrNotFound, err))
+		return
+	case err != nil:
+		fail(fmt.Errorf("%w: %v", api.ErrBadRequest, err))
+		return
+	}
+	staged := ps
+	if ch.Op == router.AddServer && ch.Server.Site == t.Self() {
+		staged.Servers = slices.Clone(ps.Servers)
+		staged.Servers[len(staged.Servers)-1].Drained = true
+		staged.Version = orig.Version
+	}
+	if err := a.kvInstall(st, n, staged, now); err != nil {
+		fail(err)
+		return
+	}
+	if staged.Version == ps.Version {
+		a.log.Info("kv pool changed", "pool", name, "change", ch.Op, "server", ch.Server.Addr, "version", ps.Version)
+		reply <- kvResult{pool: st.view(n, n.port.KV.Load().Pool(name), now)}
+		return
+	}
+	st.pending = append(st.pending, &kvPending{net: n, orig: orig, final: ps, addr: ch.Server.Addr, deadline: now + int64(kvAddWait), reply: reply})
+}
+
+// kvInstall builds the table with pool ps in place and swaps it into the
+// data path.
+func (a *Agent) kvInstall(st *kvState, n kvNet, ps router.PoolSpec, now int64) error {
+	nt, err := n.port.KV.Load().Replace(ps)
+	if err != nil {
+		return fmt.Errorf("%w: %v", api.ErrBadRequest, err)
+	}
+	n.port.KV.Store(nt)
+	st.sync(n, nt, now)
+	return nil
+}
+
+// kvFinishPending completes the additions whose server's MAC is now
+// known, and gives up those that waited too long.
+func (a *Agent) kvFinishPending(st *kvState, now int64) {
+	st.pending = slices.DeleteFunc(st.pending, func(q *kvPending) bool {
+		p := q.net.port.KV.Load().Pool(q.final.Name)
+		s := p.ServerAt(q.addr)
+		_, known := s.MAC()
+		switch {
+		case known:
+			if err := a.kvInstall(st, q.net, q.final, now); err != nil {
+				q.reply <- kvResult{err: err}
+				return true
+			}
+			a.log.Info("kv pool changed", "pool", q.final.Name, "change", router.AddServer, "server", q.addr, "version", q.final.Version)
+			q.reply <- kvResult{pool: st.view(q.net, q.net.port.KV.Load().Pool(q.final.Name), now)}
+		case now > q.deadline:
+			err := a.kvInstall(st, q.net, q.orig, now)
+			if err == nil {
+				err = fmt.Errorf("%w: pool %s, server %v: no ARP reply from it within %v on this site's network; not added", api.ErrBadRequest, q.final.Name, q.addr, kvAddWait)
+			}
+			q.reply <- kvResult{err: err}
+		default:
+			return false
+		}
+		return true
+	})
+}
+
+// failPending answers the changes still waiting when the loop stops.
+func (st *kvState) failPending() {
+	for _, q := range st.pending {
+		q.reply <- kvResult{err: errKVStopped}
+	}
+	st.pending = nil
+}
+
+// sync makes the watched servers of network n those of table t: a server
+// that stays keeps its watch (health, retries, round trips), a new one
+// gets one, a removed one loses it.
+func (st *kvState) sync(n kvNet, t *router.Table, now int64) {
+	old := map[*router.Server]*kvServer{}
+	var out []*kvServer
+	for _, ks := range st.servers {
+		if ks.port == n.port {
+			old[ks.s] = ks
+		} else {
+			out = append(out, ks)
+		}
+	}
+	for _, p := range t.Pools() {
+		for i, s := range p.Servers {
+			ks := old[s]
+			if ks == nil {
+				ks = &kvServer{s: s, port: n.port, retry: kvRetryMin, since: now}
+			}
+			ks.pool, ks.drained = p, p.Drained[i]
+			out = append(out, ks)
+		}
+	}
+	st.servers = out
+	st.track(now)
+}
+
+// track records when each server's state last changed.
+func (st *kvState) track(now int64) {
+	for _, ks := range st.servers {
+		if s := ks.stateNow(); s != ks.state {
+			ks.state, ks.since = s, now
+		}
+	}
+}
+
+// stateNow is the server's state as the API shows it.
+func (ks *kvServer) stateNow() string {
+	switch {
+	case ks.drained:
+		return "drained"
+	case ks.siteDown:
+		return "site-down"
+	case ks.s.Down():
+		return "down"
+	}
+	return "up"
+}
+
+// view describes pool p of network n.
+func (st *kvState) view(n kvNet, p *router.Pool, now int64) api.KVPool {
+	spec := p.Spec()
+	v := api.KVPool{Name: p.Name, Network: n.name, Address: p.VIP.String(), Hash: p.Hash.String(), Version: p.Version,
+		Counters: kvPoolCounters(p), Servers: []api.KVServer{}}
+	for i, s := range p.Servers {
+		sv := api.KVServer{Address: s.Addr.String(), Site: s.SiteName, Weight: max(spec.Servers[i].Weight, 1), Local: s.Local,
+			Requests: s.Requests.Load(), Replies: s.Replies.Load(), Failovers: s.FailedOver.Load()}
+		if ks := st.watch(s); ks != nil {
+			sv.State, sv.SinceSeconds, sv.Errors = ks.state, float64(now-ks.since)/1e9, ks.errors
+			sv.Latency = ks.latency()
+		}
+		v.Servers = append(v.Servers, sv)
+	}
+	return v
+}
+
+// watch returns the watch of server s.
+func (st *kvState) watch(s *router.Server) *kvServer {
+	for _, ks := range st.servers {
+		if ks.s == s {
+			return ks
+		}
+	}
+	return nil
+}
+
+// latency summarises the kept health-check round trips; nil for none.
+func (ks *kvServer) latency() *api.KVLatency {
+	n := min(ks.nrtt, kvRTTSamples)
+	if n == 0 {
+		return nil
+	}
+	d := slices.Clone(ks.rtt[:n])
+	slices.Sort(d)
+	return &api.KVLatency{P50Ms: ms(d[(n-1)*50/100]), P99Ms: ms(d[(n-1)*99/100]), Samples: n}
+}
+
+// kvStatus adds the pools' summaries to a status, and their totals to its
+// counters (kv_requests, kv_replies, kv_errors, kv_failed_over), which the
+// map page shows.
+func (a *Agent) kvStatus(s *api.Status) {
+	for _, p := range a.KVPools() {
+		sum := api.KVPoolSummary{Name: p.Name, Address: p.Address, Version: p.Version, Servers: len(p.Servers),
+			Requests: p.Counters["requests"], Replies: p.Counters["replies"], Errors: p.Counters["errors"], FailedOver: p.Counters["failed_over"]}
+		for _, sv := range p.Servers {
+			if sv.State == "up" {
+				sum.Up++
+			}
+		}
+		s.KVPools = append(s.KVPools, sum)
+		if s.Counters == nil {
+			s.Counters = map[string]uint64{}
+		}
+		s.Counters["kv_requests"] += sum.Requests
+		s.Counters["kv_replies"] += sum.Replies
+		s.Counters["kv_errors"] += sum.Errors
+		s.Counters["kv_failed_over"] += sum.FailedOver
+	}
+}

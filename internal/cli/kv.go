@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/detour-overlay/detour/internal/api"
+)
+
+func init() {
+	Register(Command{Name: "kv", Summary: "the key router's memcached pools: kv list|show|add-server|remove-server|drain|undrain", Run: runKV,
+		Usage: strings.TrimPrefix(kvUsage, "usage:\n  detour ")})
+}
+
+const kvUsage = `usage:
+  detour kv list [--json]
+  detour kv show POOL [--json]
+  detour kv add-server POOL ADDR:PORT --site SITE [--weight W] [--json]
+  detour kv remove-server POOL ADDR:PORT [--json]
+  detour kv drain POOL ADDR:PORT [--json]      (its keys go to their failover)
+  detour kv undrain POOL ADDR:PORT [--json]    (it gets exactly its keys back)
+list and show read the agent's API (--api ADDR, --token-file F). The others
+change the ring at this gateway only, through the agent's unix socket
+(--socket PATH or $DETOUR_SOCKET), as root or a member of group detour; each
+change raises the pool's version by one. Nothing sends a change to the other
+gateways yet: make it at each gateway (the server's own site first) and
+compare the versions with kv list. Latency is the round trip of the
+gateway's health checks (every 100 ms, this site's servers only).`
+
+func runKV(args []string, stdout, stderr io.Writer) int {
+	usage := func(format string, a ...any) int {
+		return Fail(stderr, "kv", fmt.Errorf("%w: %s\n%s", ErrUsage, fmt.Sprintf(format, a...), kvUsage))
+	}
+	if len(args) == 0 {
+		return Fail(stderr, "kv", fmt.Errorf("%w\n%s", ErrUsage, kvUsage))
+	}
+	sub, rest := args[0], args[1:]
+	want := map[string]int{"list": 0, "show": 1, "add-server": 2, "remove-server": 2, "drain": 2, "undrain": 2}
+	n, ok := want[sub]
+	if !ok {
+		return usage("unknown subcommand %q", sub)
+	}
+	fs, reader, asJSON := apiFlags("kv "+sub, stderr)
+	changer := socketFlag(fs)
+	site := fs.String("site", "", "add-server: the site whose network the server is on")
+	weight := fs.Uint("weight", 1, "add-server: the server's share of keys, 1..1000")
+	var pos []string
+	for len(rest) > 0 {
+		if err := fs.Parse(rest); err != nil {
+			return 2
+		}
+		rest = fs.Args()
+		if len(rest) > 0 {
+			pos, rest = append(pos, rest[0]), rest[1:]
+		}
+	}
+	if len(pos) != n {
+		return usage("kv %s takes %d argument(s), not %d", sub, n, len(pos))
+	}
+	if sub == "add-server" && *site == "" {
+		return usage("add-server needs --site, the site whose network the server is on")
+	}
+	if sub != "add-server" && (*site != "" || *weight != 1) {
+		return usage("--site and --weight go with add-server only")
+	}
+	switch sub {
+	case "list":
+		r, err := reader()
+		if err != nil {
+			return Fail(stderr, "kv", err)
+		}
+		return show("kv", r, "/v1/kv/pools", *asJSON, printKVPools, stdout, stderr)
+	case "show":
+		r, err := reader()
+		if err != nil {
+			return Fail(stderr, "kv", err)
+		}
+		return show("kv", r, "/v1/kv/pools/"+api.PathEscape(pos[0]), *asJSON, printKVPool, stdout, stderr)
+	}
+	c := changer()
+	var raw json.RawMessage
+	path := "/v1/kv/pools/" + api.PathEscape(pos[0]) + "/servers"
+	var err error
+	switch sub {
+	case "add-server":
+		err = c.Post(path, api.KVServerAdd{Address: pos[1], Site: *site, Weight: uint32(*weight)}, &raw)
+	case "remove-server":
+		err = c.Delete(path+"/"+api.PathEscape(pos[1]), &raw)
+	case "drain":
+		err = c.Post(path+"/"+api.PathEscape(pos[1])+"/drain", nil, &raw)
+	case "undrain":
+		err = c.Delete(path+"/"+api.PathEscape(pos[1])+"/drain", &raw)
+	}
+	if err != nil {
+		return Fail(stderr, "kv", err)
+	}
+	if *asJSON {
+		stdout.Write(raw)
+		return 0
+	}
+	var p api.KVPool
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return Fail(stderr, "kv", err)
+	}
+	fmt.Fprintf(stdout, "ok: kv %s %s %s: pool %s is at version %d on this gateway (not sent to other gateways)\n", sub, pos[0], pos[1], p.Name, p.Version)
+	return 0
+}
+
+func printKVPools(w io.Writer, raw []byte) error {
+	var ps []api.KVPool
+	if err := json.Unmarshal(raw, &ps); err != nil {
+		return err
+	}
+	if len(ps) == 0 {
+		fmt.Fprintln(w, "no kv pools at this gateway")
+		return nil
+	}
+	return table(w, "POOL\tNETWORK\tADDRESS\tHASH\tVERSION\tSERVERS\tUP\tREQUESTS\tREPLIES\tERRORS\tFAILOVERS", func(tw io.Writer) {
+		for _, p := range ps {
+			up := 0
+			for _, s := range p.Servers {
+				if s.State == "up" {
+					up++
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", p.Name, p.Network, p.Address, p.Hash, p.Version, len(p.Servers), up,
+				p.Counters["requests"], p.Counters["replies"], p.Counters["errors"], p.Counters["failed_over"])
+		}
+	})
+}
+
+func printKVPool(w io.Writer, raw []byte) error {
+	var p api.KVPool
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "pool %s on network %s at %s, hash %s, version %d\n\n", p.Name, p.Network, p.Address, p.Hash, p.Version)
+	err := table(w, "SERVER\tSITE\tWEIGHT\tSTATE\tSINCE\tREQUESTS\tREPLIES\tERRORS\tFAILOVERS\tCHECK p50 ms\tCHECK p99 ms", func(tw io.Writer) {
+		for _, s := range p.Servers {
+			p50, p99 := "-", "-"
+			if l := s.Latency; l != nil {
+				p50, p99 = fmt.Sprintf("%.2f", l.P50Ms), fmt.Sprintf("%.2f", l.P99Ms)
+			}
+			site := s.Site
+			if s.Local {
+				site += " (here)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1fs\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Address, site, s.Weight, s.State, s.SinceSeconds,
+				s.Requests, s.Replies, s.Errors, s.Failovers, p50, p99)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	names := make([]string, 0, len(p.Counters))
+	for k := range p.Counters {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		fmt.Fprintf(w, "%s %d\n", k, p.Counters[k])
+	}
+	return nil
+}

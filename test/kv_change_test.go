@@ -1,0 +1,298 @@
+//go:build netns
+
+package test
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/api"
+	"github.com/detour-overlay/detour/internal/kv/ring"
+)
+
+// TestKVRingChange adds a fourth memcached server (NEU host 2) to the
+// lanman2017-kv pool at run time, with `detour kv add-server` at every
+// gateway, 300 ms apart (the server's own site first; nothing distributes
+// the change yet), while 16 clients at LAN set keys through the virtual
+// address without pause: no request may go unanswered across the change,
+// every gateway ends on version 2, and every key then lands where the new
+// ring says. Then drain and undrain at LAN, and NEU's check latencies.
+func TestKVRingChange(t *testing.T) {
+	o := withAgents(t, upWith(t, kvPrefix, "lanman2017-kv", "--overlay", "detour-plain"))
+	out, errOut, err := o.run("status", "--json")
+	if err != nil {
+		t.Fatalf("status: %v %s", err, errOut)
+	}
+	var st struct {
+		KVPools []struct {
+			Address string `json:"address"`
+			Port    int    `json:"port"`
+			Servers []struct {
+				Site, Address string
+				Weight        int
+			} `json:"servers"`
+		} `json:"kv_pools"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.KVPools) != 1 {
+		t.Fatalf("status lists pools %+v (%v)", st.KVPools, err)
+	}
+	pool := st.KVPools[0]
+	vip := netip.AddrPortFrom(netip.MustParseAddr(pool.Address), uint16(pool.Port)).String()
+	var rs []ring.Server
+	addrs := []string{}
+	for _, s := range pool.Servers {
+		ap := netip.MustParseAddrPort(s.Address)
+		rs = append(rs, ring.Server{Host: ap.Addr().String(), Port: ap.Port(), Weight: uint32(s.Weight)})
+		addrs = append(addrs, s.Address)
+	}
+
+	// The fourth memcached, at NEU host 2, killed by PID at the end.
+	neuHost := o.st.Sites[o.idx("NEU")].Hosts[1]
+	newAddr := netip.AddrPortFrom(netip.MustParseAddr(neuHost.Addr), 11211)
+	bin, err := exec.LookPath("memcached")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := exec.Command("ip", "netns", "exec", neuHost.NS, bin, "-u", "nobody", "-l", newAddr.Addr().String(),
+		"-p", "11211", "-U", "11211", "-m", "64", "-t", "2")
+	if err := mc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mc.Process.Kill(); mc.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := inNSThread(neuHost.NS, func() error {
+			c, err := net.DialTimeout("tcp4", newAddr.String(), time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("memcached at %v does not listen: %v", newAddr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Wait until every configured server answers through the VIP.
+	rg, _ := ring.New(ring.Ketama, rs)
+	kv := dialKV(t, o.host("LAN").NS, vip)
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		var reqs [][]byte
+		seen := map[int]bool{}
+		for i := 0; len(seen) < len(rs); i++ {
+			k := fmt.Sprintf("probe-%d", i)
+			if w := rg.Owner([]byte(k)); !seen[w] {
+				seen[w] = true
+				reqs = append(reqs, binSet(k, "x"))
+			}
+		}
+		ok := 0
+		for _, r := range kv.exchange(reqs, len(reqs), 300*time.Millisecond) {
+			if status(r) == 0 {
+				ok++
+			}
+		}
+		if ok == len(reqs) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("servers not all reachable through %s after 20 s", vip)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// Clients at LAN set keys through the VIP, one request at a time each,
+	// without retries: a request unanswered within 1 s is lost.
+	var sent, lost, bad atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := 0; c < 16; c++ {
+		cl := dialKV(t, o.host("LAN").NS, vip)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 2048)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := uint16(i + 1)
+				req := binSet(fmt.Sprintf("load:%d:%d", c, i), "v")
+				d := make([]byte, 8+len(req))
+				binary.BigEndian.PutUint16(d, id)
+				binary.BigEndian.PutUint16(d[4:], 1)
+				copy(d[8:], req)
+				sent.Add(1)
+				cl.c.Write(d)
+				cl.c.SetReadDeadline(time.Now().Add(time.Second))
+				for {
+					n, err := cl.c.Read(buf)
+					if err != nil {
+						lost.Add(1)
+						break
+					}
+					if n >= 8 && binary.BigEndian.Uint16(buf) == id {
+						if status(buf[8:n]) != 0 {
+							bad.Add(1)
+						}
+						break
+					}
+				}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	before := sent.Load()
+	t0 := time.Now()
+	for _, site := range []string{"NEU", "LAN", "BOR", "CLU"} {
+		out := o.mustDetour(t, site, "kv", "add-server", "cache", newAddr.String(), "--site", "NEU")
+		if !strings.Contains(out, "version 2") {
+			t.Fatalf("%s: %s", site, out)
+		}
+		// As by hand, a while apart: the gateways run different
+		// versions meanwhile.
+		time.Sleep(300 * time.Millisecond)
+	}
+	changed := time.Since(t0)
+	during := sent.Load() - before
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("add-server at 4 gateways, 300 ms apart, took %v; %d requests sent in all (%d during the change), %d lost, %d errors",
+		changed.Round(time.Millisecond), sent.Load(), during, lost.Load(), bad.Load())
+	if lost.Load() != 0 || bad.Load() != 0 {
+		t.Errorf("%d requests lost and %d errors across the change, want none", lost.Load(), bad.Load())
+	}
+	if during == 0 {
+		t.Error("no request was sent during the change")
+	}
+
+	// Every gateway is on version 2 with four servers.
+	for i, s := range o.st.Sites {
+		var pools []api.KVPool
+		if err := o.api[i].Get("/v1/kv/pools", &pools); err != nil || len(pools) != 1 {
+			t.Fatalf("%s: pools %+v (%v)", s.Name, pools, err)
+		}
+		if p := pools[0]; p.Version != 2 || len(p.Servers) != 4 || p.Servers[3].Address != newAddr.String() {
+			t.Errorf("%s: version %d, servers %+v", s.Name, p.Version, p.Servers)
+		}
+	}
+
+	// Every key now lands where the new ring says.
+	rs = append(rs, ring.Server{Host: newAddr.Addr().String(), Port: newAddr.Port(), Weight: 1})
+	addrs = append(addrs, newAddr.String())
+	rg2, err := ring.New(ring.Ketama, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, 1000)
+	var reqs [][]byte
+	for i := range keys {
+		keys[i] = fmt.Sprintf("after:%04d", i)
+		reqs = append(reqs, binSet(keys[i], "v"))
+	}
+	for i, r := range kv.exchange(reqs, 100, 500*time.Millisecond) {
+		if status(r) != 0 {
+			t.Fatalf("set %s: reply % x", keys[i], r)
+		}
+	}
+	moved := 0
+	for j, a := range addrs {
+		ns := o.host("LAN").NS
+		held := heldKeys(t, ns, a, keys)
+		n := 0
+		for _, k := range keys {
+			want := rg2.Owner([]byte(k)) == j
+			if held[k] != want {
+				t.Fatalf("key %s: on %s %v, the new ring says %v", k, a, held[k], want)
+			}
+			if want {
+				n++
+			}
+			if want && rg.Owner([]byte(k)) != j {
+				moved++
+				if a != newAddr.String() {
+					t.Fatalf("key %s moved from %s to %s, not to the new server", k, addrs[rg.Owner([]byte(k))], a)
+				}
+			}
+		}
+		t.Logf("%s holds %d keys, as the new ring says", a, n)
+	}
+	t.Logf("%d of 1,000 keys belong elsewhere than on the old ring (all to the new server)", moved)
+	if moved == 0 {
+		t.Error("no key maps to the new server")
+	}
+
+	// Drained at LAN's gateway, the new server takes no key from LAN's
+	// clients: each of its keys goes to its failover on the ring, the
+	// others stay; undrained, it gets exactly its keys back.
+	out = o.mustDetour(t, "LAN", "kv", "drain", "cache", newAddr.String())
+	if !strings.Contains(out, "version 3") {
+		t.Fatalf("drain: %s", out)
+	}
+	setAll := func(prefix string) []string {
+		ks := make([]string, 400)
+		var reqs [][]byte
+		for i := range ks {
+			ks[i] = fmt.Sprintf("%s:%04d", prefix, i)
+			reqs = append(reqs, binSet(ks[i], "v"))
+		}
+		for i, r := range kv.exchange(reqs, 100, 500*time.Millisecond) {
+			if status(r) != 0 {
+				t.Fatalf("set %s: reply % x", ks[i], r)
+			}
+		}
+		return ks
+	}
+	check := func(ks []string, owner func(k string) int) {
+		t.Helper()
+		for j, a := range addrs {
+			held := heldKeys(t, o.host("LAN").NS, a, ks)
+			for _, k := range ks {
+				if want := owner(k) == j; held[k] != want {
+					t.Fatalf("key %s: on %s %v, want %v", k, a, held[k], want)
+				}
+			}
+		}
+	}
+	last := len(addrs) - 1
+	drainedKeys := setAll("drained")
+	check(drainedKeys, func(k string) int { return rg2.Next([]byte(k), func(i int) bool { return i == last }) })
+	o.mustDetour(t, "LAN", "kv", "undrain", "cache", newAddr.String())
+	undrained := setAll("undrained")
+	check(undrained, func(k string) int { return rg2.Owner([]byte(k)) })
+	t.Logf("drained at LAN: 400 keys each on its failover; undrained: 400 keys each on its ring owner")
+
+	// NEU's gateway checks its two servers and times the checks.
+	var p api.KVPool
+	if err := json.Unmarshal([]byte(o.mustDetour(t, "NEU", "kv", "show", "cache", "--json")), &p); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range p.Servers {
+		switch {
+		case s.Local && (s.Latency == nil || s.Latency.Samples == 0):
+			t.Errorf("NEU: local server %s has no check latency", s.Address)
+		case s.Local:
+			t.Logf("NEU: %s check round trip p50 %.3f ms, p99 %.3f ms over %d checks; %d requests, %d replies",
+				s.Address, s.Latency.P50Ms, s.Latency.P99Ms, s.Latency.Samples, s.Requests, s.Replies)
+		case s.Latency != nil:
+			t.Errorf("NEU: remote server %s has a check latency", s.Address)
+		}
+	}
+}
