@@ -245,7 +245,9 @@ func TestMapPage(t *testing.T) {
 	}
 	// A click on the relayed route shows the history of both its links.
 	b.eval(`document.querySelector('#routes tr[data-dest="Seoul"]').click(), ""`)
-	if _, err := b.waitFor(`String(document.querySelectorAll('#charts svg path').length)`, "2", 5*time.Second); err != nil {
+	// The panel refreshes every 5 s: a link whose record has no second up
+	// yet (the agent records once a second) is drawn at the next refresh.
+	if _, err := b.waitFor(`String(document.querySelectorAll('#charts svg path').length)`, "2", 12*time.Second); err != nil {
 		t.Errorf("clicking the relayed route: %v", err)
 	}
 	if got := b.eval(`[...document.querySelectorAll('#charts svg')].map(s => s.dataset.link).join(" ")`); got != "Fujisawa>Inagi Inagi>Seoul" {
