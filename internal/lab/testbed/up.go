@@ -16,7 +16,9 @@ import (
 )
 
 // Overlays the testbed can bring up.
-var Overlays = []string{"none", "vxlan", "tinc", "detour", "detour-plain"}
+// wireguard and easytier are the peers compared in the benchmarks
+// (peers.go); their programs are installed only for them.
+var Overlays = []string{"none", "vxlan", "tinc", "detour", "detour-plain", "wireguard", "easytier"}
 
 // Options configure Up.
 type Options struct {
@@ -40,6 +42,8 @@ type Options struct {
 	Detour string
 	// Log receives progress messages.
 	Log io.Writer
+	// peers holds the paths of a peer overlay's programs, by name.
+	peers map[string]string
 }
 
 // ErrNotRoot is returned when the testbed is used without root.
@@ -86,6 +90,13 @@ func (o *Options) Validate() (*scenario.Scenario, error) {
 		}
 		o.Detour = bin
 	}
+	if isPeer(o.Overlay) {
+		bins, err := findPeerBinaries(o.Overlay)
+		if err != nil {
+			return nil, err
+		}
+		o.peers = bins
+	}
 	sc, err := scenario.Load(o.Scenario)
 	if err != nil {
 		return nil, err
@@ -116,12 +127,15 @@ func contains(list []string, s string) bool {
 
 // overlayOverhead is how much smaller the hosts' MTU is than the
 // underlay's: VXLAN adds 50 bytes (outer IPv4, UDP, VXLAN, inner
-// Ethernet); tinc and detour get a round 100 for their headers.
+// Ethernet); tinc, detour and EasyTier get a round 100 for their
+// headers; VXLAN over WireGuard adds both.
 func overlayOverhead(overlay string) int {
 	switch overlay {
 	case "vxlan":
 		return 50
-	case "tinc", "detour", "detour-plain":
+	case "wireguard":
+		return 50 + wgOverhead
+	case "tinc", "detour", "detour-plain", "easytier":
 		return 100
 	}
 	return 0
