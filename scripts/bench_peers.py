@@ -268,9 +268,15 @@ class Pinger:
         bo.CHILDREN.procs.append(self.p)
 
     def samples(self):
-        """(send time, rtt ms) of every reply so far, once stopped."""
-        bo.CHILDREN.stop(self.p)
-        out = self.p.stdout.read()
+        """(send time, rtt ms) of every reply so far, once stopped.
+
+        SIGINT, not SIGTERM: ping writes its block-buffered output to the
+        pipe only when it exits by itself or on SIGINT."""
+        self.p.send_signal(signal.SIGINT)
+        try:
+            out = self.p.communicate(timeout=5)[0]
+        finally:
+            bo.CHILDREN.stop(self.p)
         res = []
         for m in re.finditer(r"\[([\d.]+)\].*time=([\d.]+) ms", out):
             rx, rtt = float(m.group(1)), float(m.group(2))
@@ -302,8 +308,12 @@ def reroute(bed, overlay, args):
                 if not wait_rtt(ns, addr, relayed, 60):
                     res[kind].append(None)
                     break
-                time.sleep(1)
-                ping = Pinger(ns, addr, args.limit + 2)
+                # A stable route: detour damps a switch that follows
+                # another by less than 10 s (MinSwitchInterval), as a
+                # flapping link's would be; the gap lets every overlay
+                # start each trial from a route it has kept a while.
+                time.sleep(args.gap)
+                ping = Pinger(ns, addr, math.ceil(args.limit) + 2)
                 time.sleep(0.5)
                 t0 = time.time()
                 if kind == "slow":
@@ -311,8 +321,10 @@ def reroute(bed, overlay, args):
                 else:
                     bed.link("Fujisawa", "Inagi", "--loss", "100%", "--both")
                     bed.link("Inagi", "Seoul", "--loss", "100%", "--both")
-                time.sleep(args.limit)
+                wait_rtt(ns, addr, lambda rtt: rtt < 40, args.limit)
+                time.sleep(0.3)
                 got = ping.samples()
+                log(f"bench-peers: {len(got)} replies, first after the change: {[x for x in got if x[0] >= t0][:2]}")
                 # Rerouted at the send time of the first packet after the
                 # change that came back over the direct path (< 40 ms),
                 # not the slowed relay (about 101 ms); with the relay cut
@@ -488,6 +500,7 @@ def main():
     ap.add_argument("--settle", type=float, default=20, help="seconds the routing overlays get to converge")
     ap.add_argument("--trials", type=int, default=10, help="reroute trials of each kind")
     ap.add_argument("--limit", type=float, default=20, help="seconds a reroute trial waits")
+    ap.add_argument("--gap", type=float, default=12, help="seconds the route stays on the relay before each trial")
     ap.add_argument("--runs", type=int, default=3, help="data-path runs")
     ap.add_argument("--secs", type=int, default=3)
     ap.add_argument("--udp-secs", type=int, default=2)

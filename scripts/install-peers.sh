@@ -36,7 +36,7 @@ fi
 # install_packages installs the Debian packages that are missing.
 install_packages() {
 	local missing=() p
-	for p in wireguard-tools protobuf-compiler; do
+	for p in wireguard-tools protobuf-compiler libprotobuf-dev; do
 		if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
 			missing+=("$p")
 		fi
