@@ -14,8 +14,9 @@
 #   easytier-core  EasyTier from crates.io at EASYTIER_VERSION, the newest
 #                  release published there (later ones are on GitHub only),
 #                  built with `cargo install --locked` into
-#                  $PEERS_DIR/easytier. Its build needs protoc (Debian's
-#                  protobuf-compiler) and a Rust toolchain of at least 1.77
+#                  $PEERS_DIR/easytier. Its build needs protoc and the
+#                  well-known .proto files (Debian's protobuf-compiler and
+#                  libprotobuf-dev) and a Rust toolchain of at least 1.77
 #                  (rustup's; Debian 12's cargo is 1.65). The build takes a
 #                  long time on a small machine and runs at nice 19.
 #

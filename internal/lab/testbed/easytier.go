@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"strings"
 	"time"
 )
 
@@ -20,15 +21,21 @@ import (
 // servers EasyTier looks up for its NAT check are never reached.
 //
 // EasyTier has no Layer 2: it carries IP only. Its hosts are therefore
-// routed, not bridged: each site's hosts get a /24 of their own and a
-// route to the whole 198.19.0.0/16 through their gateway, which forwards
-// into EasyTier; each gateway offers its site's /24 to the others as a
-// proxied subnet (-n), which EasyTier's other nodes route into their TUN.
+// routed, not bridged. They keep their addresses in the common /16; each
+// gateway offers its site's /24 to the others as a proxied subnet (-n),
+// which EasyTier's other nodes route into their TUN, and answers the ARP
+// requests of its hosts for the other sites' addresses (proxy ARP), then
+// forwards their packets into EasyTier. The gateway has no address on
+// br0: EasyTier binds its outgoing peer connections to every address of
+// the machine's other interfaces in turn (SO_BINDTODEVICE), and one on
+// br0 would send them to the hosts. What a gateway sends to its own hosts
+// takes its EasyTier address as source.
 //
 // Per site i (0-based):
 //
-//	host k  198.19.(i+1).k/24, via 198.19.(i+1).254 to 198.19.0.0/16
-//	br0     198.19.(i+1).254/24 on the gateway, IPv4 forwarding on
+//	host k  198.19.(i+1).k/16, as on every overlay
+//	br0     no address; proxy ARP, IPv4 forwarding, a route to
+//	        198.19.(i+1).0/24 with source 198.19.255.(i+1)
 //	et0     EasyTier's TUN, 198.19.255.(i+1)/24
 //	wan0    UDP 11010 on 198.18.0.(i+1)
 
@@ -44,15 +51,12 @@ func siteSubnet(i int) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, byte(i + 1), 0}), 24)
 }
 
-// siteRouter is the gateway's address on br0 on a routed overlay.
-func siteRouter(i int) string { return fmt.Sprintf("198.19.%d.254", i+1) }
+// etAddr is site i's address on EasyTier's TUN.
+func etAddr(i int) string { return fmt.Sprintf("198.19.255.%d", i+1) }
 
 // startEasyTier routes the hosts through their gateways, then starts
 // easytier-core on every gateway, one after the other.
 func startEasyTier(ctx context.Context, st *State, o Options) error {
-	if err := routeHosts(st); err != nil {
-		return err
-	}
 	secret := make([]byte, 16)
 	if _, err := rand.Read(secret); err != nil {
 		return err
@@ -67,12 +71,17 @@ func startEasyTier(ctx context.Context, st *State, o Options) error {
 		if err := st.Save(o.StateDir); err != nil {
 			return err
 		}
-		// The later sites dial this one: wait until it has its TUN.
-		gw := site.Gateway
+		// The later sites dial this one: wait until its TUN has its
+		// address, which the route to the hosts takes as source.
+		gw, addr := site.Gateway, etAddr(i)
 		err = waitFor(ctx, 15*time.Second, p, o.StateDir, func() bool {
-			return ipBatch(gw, []string{"link show et0"}) == nil
+			out, err := exec.Command("ip", "-n", gw, "-4", "-o", "addr", "show", "dev", "et0").Output()
+			return err == nil && strings.Contains(string(out), " "+addr+"/")
 		})
 		if err != nil {
+			return err
+		}
+		if err := routeHosts(st, i); err != nil {
 			return err
 		}
 	}
@@ -85,7 +94,7 @@ func easyTierArgs(st *State, i int, secret string) []string {
 	args := []string{
 		"--network-name", "detour-testbed", "--network-secret", secret,
 		"--hostname", site.Name, "--instance-name", tincName(site.Name),
-		"--ipv4", fmt.Sprintf("198.19.255.%d/24", i+1),
+		"--ipv4", etAddr(i) + "/24",
 		"--proxy-networks", siteSubnet(i).String(),
 		"--latency-first",
 		"--dev-name", "et0", "--mtu", fmt.Sprint(st.HostMTU),
@@ -103,30 +112,16 @@ func easyTierArgs(st *State, i int, secret string) []string {
 	return args
 }
 
-// routeHosts turns the bridged sites into routed ones: the hosts move
-// from the common /16 to their site's /24 with a route through the
-// gateway, which takes the router address on br0 and forwards.
-func routeHosts(st *State) error {
-	for i, site := range st.Sites {
-		err := ipBatch(site.Gateway, []string{fmt.Sprintf("addr add %s/24 dev br0", siteRouter(i))})
-		if err != nil {
+// routeHosts makes site i's gateway the router of its hosts for the
+// addresses of the other sites, by proxy ARP on br0.
+func routeHosts(st *State, i int) error {
+	gw := st.Sites[i].Gateway
+	for _, kv := range [][2]string{{"net.ipv4.ip_forward", "1"}, {"net.ipv4.conf.br0.proxy_arp", "1"}} {
+		if err := sysctlIn(gw, kv[0], kv[1]); err != nil {
 			return err
-		}
-		if err := sysctlIn(site.Gateway, "net.ipv4.ip_forward", "1"); err != nil {
-			return err
-		}
-		for _, h := range site.Hosts {
-			err := ipBatch(h.NS, []string{
-				fmt.Sprintf("addr del %s/%d dev eth0", h.Addr, overlayBits),
-				fmt.Sprintf("addr add %s/24 dev eth0", h.Addr),
-				fmt.Sprintf("route add 198.19.0.0/%d via %s", overlayBits, siteRouter(i)),
-			})
-			if err != nil {
-				return err
-			}
 		}
 	}
-	return nil
+	return ipBatch(gw, []string{fmt.Sprintf("route add %s dev br0 src %s", siteSubnet(i), etAddr(i))})
 }
 
 // sysctlIn sets a sysctl inside namespace ns.
