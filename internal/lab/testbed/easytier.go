@@ -39,6 +39,10 @@ import (
 //	et0     EasyTier's TUN, 198.19.255.(i+1)/24
 //	wan0    UDP 11010 on 198.18.0.(i+1)
 
+// etMTUGap is how much smaller than its --mtu EasyTier 2.0.3 makes its
+// TUN device: with --mtu 1400 et0 has 1380. The hosts' MTU is et0's.
+const etMTUGap = 20
+
 // etPort is EasyTier's UDP listening port on the underlay.
 const etPort = 11010
 
@@ -97,7 +101,7 @@ func easyTierArgs(st *State, i int, secret string) []string {
 		"--ipv4", etAddr(i) + "/24",
 		"--proxy-networks", siteSubnet(i).String(),
 		"--latency-first",
-		"--dev-name", "et0", "--mtu", fmt.Sprint(st.HostMTU),
+		"--dev-name", "et0", "--mtu", fmt.Sprint(st.HostMTU+etMTUGap),
 		"--rpc-portal", etRPC,
 		"--disable-ipv6",
 		"--console-log-level", "info",

@@ -127,15 +127,18 @@ func contains(list []string, s string) bool {
 
 // overlayOverhead is how much smaller the hosts' MTU is than the
 // underlay's: VXLAN adds 50 bytes (outer IPv4, UDP, VXLAN, inner
-// Ethernet); tinc, detour and EasyTier get a round 100 for their
-// headers; VXLAN over WireGuard adds both.
+// Ethernet); tinc and detour get a round 100 for their
+// headers; VXLAN over WireGuard adds both; EasyTier's TUN has an MTU 120
+// bytes below the underlay's (easytier.go).
 func overlayOverhead(overlay string) int {
 	switch overlay {
 	case "vxlan":
 		return 50
 	case "wireguard":
 		return 50 + wgOverhead
-	case "tinc", "detour", "detour-plain", "easytier":
+	case "easytier":
+		return 100 + etMTUGap
+	case "tinc", "detour", "detour-plain":
 		return 100
 	}
 	return 0
