@@ -101,7 +101,7 @@ func easyTierArgs(st *State, i int, secret string) []string {
 		"--ipv4", etAddr(i) + "/24",
 		"--proxy-networks", siteSubnet(i).String(),
 		"--latency-first",
-		"--dev-name", "et0", "--mtu", fmt.Sprint(st.HostMTU+etMTUGap),
+		"--dev-name", "et0", "--mtu", fmt.Sprint(st.HostMTU + etMTUGap),
 		"--rpc-portal", etRPC,
 		"--disable-ipv6",
 		"--console-log-level", "info",
