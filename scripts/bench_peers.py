@@ -51,6 +51,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_overlays as bo  # noqa: E402
 
+# Every overlay's hosts have an MTU of at least 1380 (EasyTier's TUN; VXLAN
+# over WireGuard 1390): the largest UDP payload that none of them fragments.
+bo.LARGE = 1380 - 28
+
 OVERLAYS = ["none", "vxlan", "tinc", "wireguard", "easytier", "detour"]
 ROUTING = ("easytier", "detour")
 PREFIX = "dpe-"
@@ -240,7 +244,8 @@ def azure(bed, overlay, args):
             ns, addr = bed.ends(overlay, names[i], names[j])
             return ping_rtts(ns, addr, count)
 
-        with concurrent.futures.ThreadPoolExecutor(12) as ex:
+        # Few pings at once: the 16 sites' emulator shares two cores.
+        with concurrent.futures.ThreadPoolExecutor(6) as ex:
             list(ex.map(lambda p: measure(p, 2), pairs))  # ARP, FDB, first contact
             settle(bed, overlay, args.settle)
             got = list(ex.map(lambda p: measure(p, 10), pairs))
@@ -255,7 +260,12 @@ def azure(bed, overlay, args):
 
 
 def azure_summary(res):
-    """Pairs within max(0.5 ms, 2 %) of the optimum RTT, pairs relayed, one-way ms saved."""
+    """Pairs within max(0.5 ms, 2 %) of the optimum RTT, pairs relayed, one-way ms saved.
+
+    Each pair's RTT is the lowest of its pings: the delay of the path the
+    overlay uses. The machine is shared, and a process descheduled for
+    tens or hundreds of milliseconds (the emulator included) delays a few
+    pings of every overlay alike; the medians are in the JSON."""
     within = relayed = oracle_relayed = missing = 0
     saved = oracle_saved = 0.0
     excess = []
@@ -264,7 +274,7 @@ def azure_summary(res):
         if not r["rtts"]:
             missing += 1
             continue
-        m = statistics.median(r["rtts"])
+        m = min(r["rtts"])
         if m - r["optimum"] <= max(0.5, 0.02 * r["optimum"]):
             within += 1
         if m < r["direct"] - max(0.5, 0.02 * r["direct"]):
@@ -389,12 +399,14 @@ def reroute(bed, overlay, args):
                 time.sleep(args.gap)
                 ping = Pinger(ns, addr, math.ceil(args.limit) + 2)
                 time.sleep(0.5)
-                t0 = time.time()
                 if kind == "slow":
                     bed.link("Inagi", "Seoul", "--delay", "48.5ms", "--both")  # 8.3/8.7 -> 48.5 both ways
                 else:
                     bed.link("Fujisawa", "Inagi", "--loss", "100%", "--both")
                     bed.link("Inagi", "Seoul", "--loss", "100%", "--both")
+                # From when the change is in force: a packet sent while
+                # the command ran may still have taken the old path.
+                t0 = time.time()
                 wait_rtt(ns, addr, lambda rtt: rtt < 40, args.limit)
                 time.sleep(0.3)
                 got = ping.samples()
@@ -451,15 +463,17 @@ def table(res, overlays, vers):
             return f"– ({type(e).__name__})"
 
     def leon_cell(r):
-        m = statistics.median(r["rtts"])
+        # The path's delay: the 10th percentile of 50 pings, above the
+        # rare fast outlier and below the stalls of a shared machine.
+        m = pct(r["rtts"], 0.1)
         t = r.get("through_inagi")
         via = f"; Inagi relayed {t['requests']}/{t['pings']} requests, {t['replies']}/{t['pings']} replies" if t else ""
-        return f"{m:.1f} ms, {leon_path(m)}{via}"
-    rows.append(("1. leon-japan host RTT Fujisawa→Seoul (32 direct, 21 via Inagi)", [cell(o, "leon", leon_cell) for o in cols]))
+        return f"{m:.1f} ms (median {statistics.median(r['rtts']):.1f}), {leon_path(m)}{via}"
+    rows.append(("1. leon-japan host RTT Fujisawa→Seoul, p10 of 50 pings (32 direct, 21 via Inagi)", [cell(o, "leon", leon_cell) for o in cols]))
 
     def az(f):
         return lambda r: f(azure_summary(r))
-    rows.append(("2. azure-16: pairs within max(0.5 ms, 2 %) of the optimum RTT",
+    rows.append(("2. azure-16: pairs within max(0.5 ms, 2 %) of the optimum RTT (lowest of 10 pings)",
                  [cell(o, "azure", az(lambda s: f"{s['within']}/{s['pairs']}" + (f" ({s['missing']} unreachable)" if s["missing"] else ""))) for o in cols]))
     rows.append(("2. azure-16: pairs relayed (optimum relays N)",
                  [cell(o, "azure", az(lambda s: f"{s['relayed']} ({s['oracle_relayed']})")) for o in cols]))
@@ -518,11 +532,11 @@ def plot(res, overlays, path):
     xs = range(len(overlays))
     # leon-japan RTT
     ax = axes[0]
-    vals = [statistics.median(res[o]["leon"]["rtts"]) if res.get(o, {}).get("leon", {}).get("rtts") else 0 for o in overlays]
+    vals = [pct(res[o]["leon"]["rtts"], 0.1) if res.get(o, {}).get("leon", {}).get("rtts") else 0 for o in overlays]
     ax.bar(xs, vals, color="tab:blue")
     ax.axhline(32, color="grey", ls="--", lw=1)
     ax.axhline(21, color="green", ls="--", lw=1)
-    ax.set_title("leon-japan RTT Fujisawa→Seoul, ms\n(grey: direct 32, green: via Inagi 21)", fontsize=9)
+    ax.set_title("leon-japan RTT Fujisawa→Seoul, p10, ms\n(grey: direct 32, green: via Inagi 21)", fontsize=9)
     # azure-16 within
     ax = axes[1]
     within, saved = [], []
@@ -576,24 +590,30 @@ def main():
     ap.add_argument("--steps", default="leon,azure,dataplane,reroute")
     ap.add_argument("--settle", type=float, default=20, help="seconds the routing overlays get to converge")
     ap.add_argument("--trials", type=int, default=10, help="reroute trials of each kind")
-    ap.add_argument("--limit", type=float, default=20, help="seconds a reroute trial waits")
+    ap.add_argument("--limit", type=float, default=15, help="seconds a reroute trial waits")
     ap.add_argument("--gap", type=float, default=12, help="seconds the route stays on the relay before each trial")
     ap.add_argument("--runs", type=int, default=3, help="data-path runs")
     ap.add_argument("--secs", type=int, default=3)
     ap.add_argument("--udp-secs", type=int, default=2)
     ap.add_argument("--udp-layout", choices=("pinned", "free"), default="pinned")
     ap.add_argument("--out", default="docs/peers")
+    ap.add_argument("--table-from", default="", help="only write the table and plot again from a peers.json")
     args = ap.parse_args()
     overlays = args.overlays.split(",")
+    if args.table_from:
+        with open(args.table_from) as f:
+            saved = json.load(f)
+        ver, md = table(saved["results"], overlays, saved["versions"])
+        with open(os.path.join(args.out, "peers.md"), "w") as f:
+            f.write(f"# detour and its peers, measured side by side\n\n{saved.get('note', '')}\n\nVersions:\n\n{ver}\n\n{md}\n")
+        plot(saved["results"], overlays, os.path.join(args.out, "peers.png"))
+        print(md)
+        return
     steps = args.steps.split(",")
     binary = os.path.abspath(args.bin)
     lab = os.path.abspath(args.lab or os.path.join(os.path.dirname(binary), "detour-lab"))
     os.makedirs(args.out, exist_ok=True)
     bo.PREFIX = PREFIX
-    # Every overlay's hosts have an MTU of at least 1380 (EasyTier's TUN;
-    # VXLAN over WireGuard 1390): the largest UDP payload that none of
-    # them fragments.
-    bo.LARGE = 1380 - 28
     state = tempfile.mkdtemp(prefix="detour-peers-")
     bed = Bed(binary, lab, state)
     bed.env["DETOUR_TESTBED_PREFIX"] = PREFIX
