@@ -390,7 +390,10 @@ def reroute(bed, overlay, args):
         for kind in ("slow", "cut"):
             for _ in range(args.trials):
                 if not wait_rtt(ns, addr, relayed, 60):
-                    res[kind].append(None)
+                    # Not back on Inagi a minute after the links were
+                    # restored: no further trial can start.
+                    res[kind + "_stopped"] = "not back on the relay within 60 s after the last restore"
+                    log(f"bench-peers: {overlay} {kind}: {res[kind + '_stopped']}")
                     break
                 # A stable route: detour damps a switch that follows
                 # another by less than 10 s (MinSwitchInterval), as a
@@ -509,9 +512,13 @@ def table(res, overlays, vers):
             xs = r[kind]
             ok = [x for x in xs if x is not None]
             miss = len(xs) - len(ok)
+            stopped = f"; then {r[kind + '_stopped']}" if r.get(kind + "_stopped") else ""
+            if not xs:
+                return "no trial could start" + (f": {r[kind + '_stopped']}" if stopped else "")
             if not ok:
-                return f"never within the limit ({len(xs)} trials)"
-            return f"{pct(ok, 0.5):.0f} / {pct(ok, 0.95):.0f} ms (n={len(ok)}" + (f", {miss} not within the limit" if miss else "") + ")"
+                return f"not within {args_limit[0]:.0f} s in {len(xs)} trials{stopped}"
+            return (f"{pct(ok, 0.5):.0f} / {pct(ok, 0.95):.0f} ms (n={len(ok)}"
+                    + (f", {miss} more not within {args_limit[0]:.0f} s" if miss else "") + f"){stopped}")
         return f
     rows.append(("4. reroute after Inagi→Seoul slows by 40 ms, p50 / p95", [cell(o, "reroute", rr("slow")) if o in ROUTING else "does not reroute" for o in cols]))
     rows.append(("4. reroute after the relay Inagi is cut off, p50 / p95", [cell(o, "reroute", rr("cut")) if o in ROUTING else "does not reroute" for o in cols]))
@@ -579,6 +586,9 @@ def plot(res, overlays, path):
     return True
 
 
+# The reroute trials' limit, for the table.
+args_limit = [15.0]
+
 STEPS = {"leon": leon, "azure": azure, "dataplane": dataplane, "reroute": reroute}
 
 
@@ -599,6 +609,7 @@ def main():
     ap.add_argument("--out", default="docs/peers")
     ap.add_argument("--table-from", default="", help="only write the table and plot again from a peers.json")
     args = ap.parse_args()
+    args_limit[0] = args.limit
     overlays = args.overlays.split(",")
     if args.table_from:
         with open(args.table_from) as f:
