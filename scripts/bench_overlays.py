@@ -84,7 +84,10 @@ class Testbed:
     def daemon_pid(self, site):
         """The PID of the overlay process on a site's gateway, if any."""
         name = site.lower().replace("-", "_")
-        return self.procs.get("agent-" + name) or self.procs.get("tinc-" + name)
+        for prefix in ("agent-", "tinc-", "wg-", "easytier-"):
+            if self.procs.get(prefix + name):
+                return self.procs[prefix + name]
+        return None
 
 
 class Children:

@@ -620,7 +620,7 @@ func TestBadInputCreatesNothing(t *testing.T) {
 		{"negative delay", "", head + "    - {from: A, to: B, delay: -3ms}\n", "line 5: links.overrides[0].delay: -3ms is negative"},
 		{"malformed rate", "", head + "    - {from: A, to: B, rate: 10mbits}\n", `line 5: links.overrides[0].rate: "10mbits" is not a rate`},
 		{"duplicate link", "", head + "    - {from: A, to: B, delay: 1ms}\n    - {from: A, to: B, delay: 2ms}\n", "line 6: links.overrides[1]: duplicate link A->B"},
-		{"unknown overlay", "--overlay=wireguard", head + "    - {from: A, to: B, delay: 1ms}\n", `--overlay "wireguard"`},
+		{"unknown overlay", "--overlay=zerotier", head + "    - {from: A, to: B, delay: 1ms}\n", `--overlay "zerotier"`},
 		{"unknown scenario", "", "", `unknown scenario "no-such-scenario"`},
 	}
 	for _, c := range cases {

@@ -33,13 +33,16 @@ func init() {
 
 const testbedUsage = `usage: detour-lab testbed COMMAND [ARGS]
 
-  up SCENARIO [--overlay none|vxlan|tinc|detour|detour-plain] [--underlay emulator|kernel]
+  up SCENARIO [--overlay none|vxlan|tinc|detour|detour-plain|wireguard|easytier] [--underlay emulator|kernel]
         [--underlay-mtu N] [--host-mtu N] [--foreground] [--detour-bin PATH]
         bring up a testbed; SCENARIO is a file or a shipped name
         (%s); --underlay kernel joins the gateways with plain kernel
         links (no emulated delay; link, truth and traffic are unavailable);
         the detour overlays run the agent binary --detour-bin, else
-        $DETOUR_BIN, else the file detour next to detour-lab
+        $DETOUR_BIN, else the file detour next to detour-lab;
+        wireguard (VXLAN over wireguard-go) and easytier (EasyTier,
+        routed, no Layer 2) are the peers the benchmarks compare, installed
+        by scripts/install-peers.sh only
   down                         remove every namespace, link and process
   status [--json]              what is up
   exec SITE[/HOST] [--gateway] -- CMD...
@@ -142,7 +145,7 @@ func wantArgs(pos []string, n int, what string) error {
 
 func tbUp(args []string, stdout, stderr io.Writer) error {
 	fs, state := newFlags("up", stderr)
-	overlay := fs.String("overlay", "none", "overlay: none, vxlan, tinc or detour")
+	overlay := fs.String("overlay", "none", "overlay: none, vxlan, tinc, detour, detour-plain, wireguard or easytier")
 	underlay := fs.String("underlay", testbed.UnderlayEmulator, "underlay: emulator (the scenario's WAN) or kernel (plain kernel links, to measure overlays alone)")
 	mtu := fs.Int("underlay-mtu", 0, "underlay MTU (default: the scenario's, else 1500)")
 	ipv6 := fs.Bool("underlay-ipv6", false, "give the gateways IPv6 underlay addresses (fd18::198.18.0.N) and run the detour agents over IPv6")

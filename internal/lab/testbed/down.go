@@ -46,12 +46,13 @@ func Down(dir string) error {
 	for _, site := range st.Sites {
 		keep(removeSocket(api.NetnsSocket(site.Gateway)))
 	}
+	keep(removeWireGuardSockets(st))
 	for _, f := range []string{trafficPath(dir), socketPath(dir), filepath.Join(dir, "scenario.yaml"), statePath(dir)} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			keep(err)
 		}
 	}
-	for _, sub := range []string{"tinc", "detour"} {
+	for _, sub := range []string{"tinc", "detour", "wireguard"} {
 		keep(os.RemoveAll(filepath.Join(dir, sub)))
 	}
 	if first != nil {

@@ -34,6 +34,14 @@ func startOverlay(ctx context.Context, st *State, sc *scenario.Scenario, o Optio
 		if err := startDetour(ctx, st, sc, o); err != nil {
 			return err
 		}
+	case "wireguard":
+		if err := startWireGuard(ctx, st, o); err != nil {
+			return err
+		}
+	case "easytier":
+		if err := startEasyTier(ctx, st, o); err != nil {
+			return err
+		}
 	default:
 		return nil
 	}
@@ -50,7 +58,8 @@ func startOverlay(ctx context.Context, st *State, sc *scenario.Scenario, o Optio
 // daemonLogs quotes the end of the logs of the overlay daemons on the
 // named sites, so that an overlay that does not come up says why.
 func daemonLogs(o Options, sites ...string) string {
-	prefix := map[string]string{"tinc": "tinc-", "detour": "agent-", "detour-plain": "agent-"}[o.Overlay]
+	prefix := map[string]string{"tinc": "tinc-", "detour": "agent-", "detour-plain": "agent-",
+		"wireguard": "wg-", "easytier": "easytier-"}[o.Overlay]
 	if prefix == "" {
 		return ""
 	}

@@ -16,7 +16,9 @@ import (
 )
 
 // Overlays the testbed can bring up.
-var Overlays = []string{"none", "vxlan", "tinc", "detour", "detour-plain"}
+// wireguard and easytier are the peers compared in the benchmarks
+// (peers.go); their programs are installed only for them.
+var Overlays = []string{"none", "vxlan", "tinc", "detour", "detour-plain", "wireguard", "easytier"}
 
 // Options configure Up.
 type Options struct {
@@ -43,6 +45,8 @@ type Options struct {
 	// UnderlayIPv6 gives the gateways IPv6 underlay addresses too and
 	// runs the detour agents over them (ipv6.go).
 	UnderlayIPv6 bool
+	// peers holds the paths of a peer overlay's programs, by name.
+	peers map[string]string
 }
 
 // ErrNotRoot is returned when the testbed is used without root.
@@ -89,6 +93,13 @@ func (o *Options) Validate() (*scenario.Scenario, error) {
 		}
 		o.Detour = bin
 	}
+	if isPeer(o.Overlay) {
+		bins, err := findPeerBinaries(o.Overlay)
+		if err != nil {
+			return nil, err
+		}
+		o.peers = bins
+	}
 	sc, err := scenario.Load(o.Scenario)
 	if err != nil {
 		return nil, err
@@ -119,11 +130,17 @@ func contains(list []string, s string) bool {
 
 // overlayOverhead is how much smaller the hosts' MTU is than the
 // underlay's: VXLAN adds 50 bytes (outer IPv4, UDP, VXLAN, inner
-// Ethernet); tinc and detour get a round 100 for their headers.
+// Ethernet); tinc and detour get a round 100 for their
+// headers; VXLAN over WireGuard adds both; EasyTier's TUN has an MTU 120
+// bytes below the underlay's (easytier.go).
 func overlayOverhead(overlay string) int {
 	switch overlay {
 	case "vxlan":
 		return 50
+	case "wireguard":
+		return 50 + wgOverhead
+	case "easytier":
+		return 100 + etMTUGap
 	case "tinc", "detour", "detour-plain":
 		return 100
 	}
