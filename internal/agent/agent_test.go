@@ -57,28 +57,33 @@ func startAgents(t *testing.T, nw *transport.FakeNetwork, encrypt bool, names ..
 			}
 		}
 		cfg.ApplyDefaults()
-		s := &testSite{name: name, dev: device.NewFake("detour0", 1400, 1024)}
-		a, err := New(cfg, Options{
-			Conn:    nw.Listen(netip.MustParseAddrPort(addr(i))),
-			Devices: map[uint32]device.Device{config.DefaultNetworkID: s.dev},
-			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.a = a
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- a.Run(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("%s: %v", name, err)
-			}
-		})
-		sites = append(sites, s)
+		sites = append(sites, runTestAgent(t, name, cfg, nw.Listen(netip.MustParseAddrPort(addr(i)))))
 	}
 	return sites
+}
+
+// runTestAgent starts an agent of site name with cfg on conn and a fake
+// device, and stops it when the test ends, failing the test if it stopped
+// with an error.
+func runTestAgent(t *testing.T, name string, cfg *config.Agent, conn transport.Conn) *testSite {
+	t.Helper()
+	s := &testSite{name: name, dev: device.NewFake("detour0", 1400, 1024)}
+	a, err := New(cfg, Options{Conn: conn, Devices: map[uint32]device.Device{config.DefaultNetworkID: s.dev},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.a = a
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	})
+	return s
 }
 
 // waitMembers waits until every site sees every other one alive and has a

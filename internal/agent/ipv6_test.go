@@ -1,16 +1,12 @@
 package agent
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"net/netip"
 	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/detour-overlay/detour/internal/config"
-	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/transport"
 )
@@ -60,22 +56,7 @@ func TestAgentsOverIPv6AndIPv4Loopback(t *testing.T) {
 			cfg.Peers = append(cfg.Peers, p)
 		}
 		cfg.ApplyDefaults()
-		ts := &testSite{name: s.name, dev: device.NewFake("detour0", 1400, 1024)}
-		a, err := New(cfg, Options{Conn: conns[i], Devices: map[uint32]device.Device{config.DefaultNetworkID: ts.dev},
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts.a = a
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- a.Run(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("%s: %v", s.name, err)
-			}
-		})
+		ts := runTestAgent(t, s.name, cfg, conns[i])
 		sites = append(sites, ts)
 	}
 	waitMembers(t, sites)

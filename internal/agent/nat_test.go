@@ -1,14 +1,10 @@
 package agent
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"testing"
 
 	"github.com/detour-overlay/detour/internal/config"
-	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/transport"
 )
@@ -49,23 +45,7 @@ func TestAgentWithoutAddressJoins(t *testing.T) {
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		ts := &testSite{name: name, dev: device.NewFake("detour0", 1400, 1024)}
-		a, err := New(cfg, Options{Conn: conns[i], Devices: map[uint32]device.Device{config.DefaultNetworkID: ts.dev},
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts.a = a
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- a.Run(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("%s: %v", name, err)
-			}
-		})
-		sites = append(sites, ts)
+		sites = append(sites, runTestAgent(t, name, cfg, conns[i]))
 	}
 	waitMembers(t, sites)
 	want := "127.0.0.1:" + itoa(conns[2].LocalAddr().Port())

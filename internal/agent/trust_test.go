@@ -1,11 +1,8 @@
 package agent
 
 import (
-	"context"
 	"crypto/ed25519"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,7 +11,6 @@ import (
 
 	"github.com/detour-overlay/detour/internal/ca"
 	"github.com/detour-overlay/detour/internal/config"
-	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
@@ -48,24 +44,7 @@ func startCAAgent(t *testing.T, nw *transport.FakeNetwork, caKey ed25519.Private
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	s := &testSite{name: name, dev: device.NewFake("detour0", 1400, 1024)}
-	a, err := New(cfg, Options{Conn: nw.Listen(netip.MustParseAddrPort(addr(i))),
-		Devices: map[uint32]device.Device{config.DefaultNetworkID: s.dev},
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.a = a
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("%s: %v", name, err)
-		}
-	})
-	return s
+	return runTestAgent(t, name, cfg, nw.Listen(netip.MustParseAddrPort(addr(i))))
 }
 
 // TestAgentsJoinAndRevokeByCertificate: three agents that know only the
