@@ -17,7 +17,7 @@
 //	           parse the request, owner = ring owner, or ring.Next when
 //	           the owner is down; rewrite dst IP:port to the server's
 //
-//	owner at site B:   dst MAC = virtual MAC (placeholder) ──► overlay ──►
+//	owner at site B:   dst MAC = virtual MAC (B sets the real one) ──► overlay ──►
 //	                   B's gateway (Ingress): dst MAC = the server's MAC
 //	                   ──► server; the server replies to the client
 //	                   (whose address it saw) ──► overlay ──►
