@@ -41,6 +41,8 @@ type Worker struct {
 	lim    limiter
 	limSet bool
 	flows  flows
+	// clients are the MACs of TCP clients of the virtual addresses (tcp.go).
+	clients tcpClients
 	outs   [maxOut]Output
 	bufs   [maxOut][]byte
 	spl    []byte
@@ -73,13 +75,16 @@ func (w *Worker) Egress(t *Table, b []byte, now int64) (handled bool, outs []Out
 	if f.V6 || (f.Proto != frame.ProtoUDP && f.Proto != frame.ProtoTCP) {
 		return false, nil
 	}
+	if f.Proto == frame.ProtoTCP {
+		return w.tcpEgress(t, b, now), w.outs[:w.n]
+	}
 	ip := f.IPv4(b)
 	dst := be32b(ip.Dst())
 	p := t.anyPoolByIP(dst)
 	if p == nil {
 		return false, nil
 	}
-	if f.Proto != frame.ProtoUDP || f.Frag != frame.FragNone {
+	if f.Frag != frame.FragNone {
 		p.Stats.DropOther.Add(1)
 		return true, nil
 	}
