@@ -43,10 +43,10 @@ type Worker struct {
 	flows  flows
 	// clients are the MACs of TCP clients of the virtual addresses (tcp.go).
 	clients tcpClients
-	outs   [maxOut]Output
-	bufs   [maxOut][]byte
-	spl    []byte
-	n      int
+	outs    [maxOut]Output
+	bufs    [maxOut][]byte
+	spl     []byte
+	n       int
 }
 
 // NewWorker returns a Worker.

@@ -176,7 +176,9 @@ type tcpClients struct {
 	slots [tcpClientSlots]tcpClient
 }
 
-func clientIndex(ip uint32) int { return int(uint64(ip) * 0x9e3779b97f4a7c15 >> 52 & (tcpClientSlots - 1)) }
+func clientIndex(ip uint32) int {
+	return int(uint64(ip) * 0x9e3779b97f4a7c15 >> 52 & (tcpClientSlots - 1))
+}
 
 func (c *tcpClients) learn(ip uint32, mac []byte) {
 	s := &c.slots[clientIndex(ip)]
