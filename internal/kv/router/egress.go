@@ -41,12 +41,13 @@ type Worker struct {
 	lim    limiter
 	limSet bool
 	flows  flows
+	outs   [maxOut]Output
+	bufs   [maxOut][]byte
+	spl    []byte
+	n      int
+
 	// clients are the MACs of TCP clients of the virtual addresses (tcp.go).
 	clients tcpClients
-	outs    [maxOut]Output
-	bufs    [maxOut][]byte
-	spl     []byte
-	n       int
 }
 
 // NewWorker returns a Worker.
