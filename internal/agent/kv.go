@@ -149,6 +149,7 @@ func kvPoolSpec(pc config.KVPool) router.PoolSpec {
 // without pools only answers requests.
 func (a *Agent) runKV(ctx context.Context) {
 	st := a.kvTables()
+	a.startTCPTerms(ctx, st) // tcpterm.go
 	var tickC <-chan time.Time
 	if len(st.nets) > 0 {
 		if a.registry != nil {

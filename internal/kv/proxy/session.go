@@ -80,6 +80,8 @@ type Session struct {
 	sends   []Send
 	// Stats are the session's counters.
 	Stats Stats
+	// Tag is the shell's own, for finding its connection from a Token.
+	Tag any
 }
 
 // Stats are a session's counters.
@@ -256,6 +258,15 @@ func (s *Session) closeNow() {
 	s.push(slot{close: true})
 }
 
+// End ends the session when the client has closed its side: the replies
+// to the requests already parsed still leave, then Closed reports true.
+func (s *Session) End() {
+	if !s.closing {
+		s.closeNow()
+		s.flush()
+	}
+}
+
 // push appends a slot and returns its token.
 func (s *Session) push(sl slot) Token {
 	s.slots = append(s.slots, sl)
@@ -356,6 +367,10 @@ func (s *Session) Closed() bool { return s.closed }
 func (s *Session) WantInput() bool {
 	return !s.closing && len(s.slots) < MaxPending && len(s.out) < MaxOut
 }
+
+// Closing reports whether a request (quit, or an error memcached closes
+// the connection for) ends the session: it takes no more input.
+func (s *Session) Closing() bool { return s.closing }
 
 // Backlog reports whether bytes already fed wait to be parsed (the
 // session was full): the shell calls Feed(nil, r) once WantInput.

@@ -1,0 +1,256 @@
+package tcpterm
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/device"
+	"github.com/detour-overlay/detour/internal/kv/router"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// Config configures a Terminator.
+type Config struct {
+	// Dev is the terminator's own TAP device, on the site's bridge.
+	Dev device.Device
+	// Self is this site: the terminator's MAC is router.TermMAC(Self).
+	Self wire.SiteID
+	// Table returns the network's router table in force.
+	Table func() *router.Table
+	Log   *slog.Logger
+	// Limits; zero takes the default.
+	MaxConns       int           // client connections in all (DefaultMaxConns)
+	MaxPerClient   int           // client connections per client address (DefaultMaxPerClient)
+	ClientIdle     time.Duration // a client connection without requests is closed (DefaultClientIdle)
+	ServerIdle     time.Duration // an unused server connection is closed (DefaultServerIdle)
+	ConnsPerServer int           // server connections per server and protocol (DefaultConnsPerServer)
+	DialTimeout    time.Duration // to connect to a server (DefaultDialTimeout)
+}
+
+// The default limits.
+const (
+	DefaultMaxConns       = 4096
+	DefaultMaxPerClient   = 256
+	DefaultClientIdle     = 5 * time.Minute
+	DefaultServerIdle     = 60 * time.Second // below router.TCPConnIdle
+	DefaultConnsPerServer = 2
+	DefaultDialTimeout    = time.Second
+)
+
+// Stats are a terminator's counters.
+type Stats struct {
+	Accepted     atomic.Uint64 // client connections accepted
+	Refused      atomic.Uint64 // client connections refused by a limit
+	Active       atomic.Int64  // client connections open
+	Requests     atomic.Uint64 // requests parsed
+	Split        atomic.Uint64 // multi-key gets split over several servers
+	Errors       atomic.Uint64 // malformed requests answered with memcached's error
+	NoServer     atomic.Uint64 // requests whose key had no usable server
+	Failed       atomic.Uint64 // replies lost with a server connection, or not sent for a failed dial
+	Dials        atomic.Uint64 // server connections opened
+	DialFailures atomic.Uint64 // server connections that could not be opened
+	ServerConns  atomic.Int64  // server connections open
+	BadReplies   atomic.Uint64 // server streams that could not be framed
+}
+
+// Terminator terminates TCP connections to the virtual addresses of one
+// network's pools and sends their requests over pooled connections to
+// the servers.
+type Terminator struct {
+	cfg   Config
+	ns    *netStack
+	stats Stats
+
+	mu        sync.Mutex
+	addrs     map[netip.Addr]bool
+	listening map[netip.AddrPort]net.Listener
+	perClient map[netip.Addr]int
+	ups       map[upKey][]*upConn
+}
+
+// New builds a terminator on cfg.Dev.
+func New(cfg Config) (*Terminator, error) {
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.MaxPerClient <= 0 {
+		cfg.MaxPerClient = DefaultMaxPerClient
+	}
+	if cfg.ClientIdle <= 0 {
+		cfg.ClientIdle = DefaultClientIdle
+	}
+	if cfg.ServerIdle <= 0 {
+		cfg.ServerIdle = DefaultServerIdle
+	}
+	if cfg.ConnsPerServer <= 0 {
+		cfg.ConnsPerServer = DefaultConnsPerServer
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	ns, err := newNetStack(cfg.Dev, router.TermMAC(cfg.Self))
+	if err != nil {
+		return nil, err
+	}
+	return &Terminator{cfg: cfg, ns: ns, addrs: map[netip.Addr]bool{}, listening: map[netip.AddrPort]net.Listener{},
+		perClient: map[netip.Addr]int{}, ups: map[upKey][]*upConn{}}, nil
+}
+
+// Stats returns the terminator's counters.
+func (t *Terminator) Stats() *Stats { return &t.stats }
+
+// Run serves until ctx is done, then closes every connection and the
+// stack (not the device, which the caller closes).
+func (t *Terminator) Run(ctx context.Context) error {
+	go t.ns.outbound(ctx)
+	inErr := make(chan error, 1)
+	go func() { inErr <- t.ns.inbound() }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	defer t.shutdown()
+	for {
+		t.sync(ctx)
+		t.reapServers(time.Now())
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-inErr:
+			return err
+		case <-tick.C:
+		}
+	}
+}
+
+// sync gives the stack the virtual addresses of the pools in force and
+// listens on each pool's address and port.
+func (t *Terminator) sync(ctx context.Context) {
+	tb := t.cfg.Table()
+	if tb == nil {
+		return
+	}
+	for _, p := range tb.Pools() {
+		t.mu.Lock()
+		haveAddr, listening := t.addrs[p.VIP.Addr()], t.listening[p.VIP] != nil
+		t.mu.Unlock()
+		if !haveAddr {
+			if err := t.ns.addAddress(p.VIP.Addr()); err != nil {
+				t.cfg.Log.Error("kv tcp: address", "pool", p.Name, "err", err)
+				continue
+			}
+			t.mu.Lock()
+			t.addrs[p.VIP.Addr()] = true
+			t.mu.Unlock()
+		}
+		if listening {
+			continue
+		}
+		l, err := t.ns.listen(p.VIP)
+		if err != nil {
+			t.cfg.Log.Error("kv tcp: listen", "pool", p.Name, "address", p.VIP, "err", err)
+			continue
+		}
+		t.mu.Lock()
+		t.listening[p.VIP] = l
+		t.mu.Unlock()
+		t.cfg.Log.Info("kv tcp: listening", "pool", p.Name, "address", p.VIP)
+		go t.accept(ctx, l, p.VIP)
+	}
+}
+
+// shutdown closes the listeners, the server connections and the stack.
+func (t *Terminator) shutdown() {
+	t.mu.Lock()
+	for _, l := range t.listening {
+		l.Close()
+	}
+	for _, cs := range t.ups {
+		for _, c := range cs {
+			c.conn.Close()
+		}
+	}
+	t.mu.Unlock()
+	t.ns.close()
+}
+
+// accept takes the client connections of one virtual address.
+func (t *Terminator) accept(ctx context.Context, l net.Listener, vip netip.AddrPort) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		from, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+		if !t.admit(from.Addr()) {
+			t.stats.Refused.Add(1)
+			c.Close()
+			continue
+		}
+		t.stats.Accepted.Add(1)
+		t.stats.Active.Add(1)
+		cl := &client{t: t, conn: c, vip: vip, from: from.Addr(), wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+		cl.s.Tag = cl
+		go cl.write()
+		go func() {
+			cl.read(ctx)
+			t.release(from.Addr())
+		}()
+	}
+}
+
+// admit counts a new client connection against the limits.
+func (t *Terminator) admit(a netip.Addr) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if int(t.stats.Active.Load()) >= t.cfg.MaxConns || t.perClient[a] >= t.cfg.MaxPerClient {
+		return false
+	}
+	t.perClient[a]++
+	return true
+}
+
+// release forgets a client connection.
+func (t *Terminator) release(a netip.Addr) {
+	t.mu.Lock()
+	if t.perClient[a]--; t.perClient[a] <= 0 {
+		delete(t.perClient, a)
+	}
+	t.mu.Unlock()
+	t.stats.Active.Add(-1)
+}
+
+// poolRouter adapts a pool to proxy.Router.
+type poolRouter struct{ p *router.Pool }
+
+func (r poolRouter) Owner(key []byte) int { return r.p.Owner(key) }
+
+func (r poolRouter) Any() int {
+	for i, s := range r.p.Servers {
+		if s.Usable() && !r.p.Drained[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+// pool returns the pool in force behind a virtual address.
+func (t *Terminator) pool(vip netip.AddrPort) *router.Pool {
+	tb := t.cfg.Table()
+	if tb == nil {
+		return nil
+	}
+	for _, p := range tb.Pools() {
+		if p.VIP == vip {
+			return p
+		}
+	}
+	return nil
+}
+
