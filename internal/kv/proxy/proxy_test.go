@@ -271,6 +271,11 @@ func TestBackpressure(t *testing.T) {
 	if n.s.Waiting() != 10 || n.s.Backlog() {
 		t.Fatalf("after the backlog: waiting %d", n.s.Waiting())
 	}
+	// A partial request is no backlog: the shell must read more.
+	n.feed("get 1")
+	if n.s.Backlog() || !n.s.WantInput() {
+		t.Fatal("a partial request counts as backlog")
+	}
 	// A request over MaxRequest closes the session.
 	c := newNet(t)
 	c.feed("get 1a " + strings.Repeat("x", 100) + " ")

@@ -74,6 +74,7 @@ type Session struct {
 	out     []byte // replies ready for the client
 	closing bool   // a request closes the connection: parse no more
 	closed  bool   // the last reply before closing is in out
+	full    bool   // Feed stopped at MaxPending with bytes left to parse
 	req     memcache.Request
 	split   memcache.Splitter
 	scratch []byte
@@ -116,6 +117,7 @@ func (s *Session) Feed(data []byte, r Router) []Send {
 			break
 		}
 	}
+	s.full = !s.closing && len(s.slots) >= MaxPending && s.inOff < len(s.in)
 	s.flush()
 	return s.sends
 }
@@ -372,9 +374,10 @@ func (s *Session) WantInput() bool {
 // the connection for) ends the session: it takes no more input.
 func (s *Session) Closing() bool { return s.closing }
 
-// Backlog reports whether bytes already fed wait to be parsed (the
-// session was full): the shell calls Feed(nil, r) once WantInput.
-func (s *Session) Backlog() bool { return s.inOff < len(s.in) && !s.closing }
+// Backlog reports whether bytes already fed wait to be parsed because
+// the session was full (not because they end in a partial request): the
+// shell calls Feed(nil, r) once WantInput.
+func (s *Session) Backlog() bool { return s.full }
 
 // Binary statuses of the replies a session makes itself.
 const (

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,7 +78,7 @@ func (c *client) read(ctx context.Context) {
 			_ = c.conn.SetReadDeadline(time.Now().Add(c.t.cfg.ClientIdle))
 			n, err := c.conn.Read(buf)
 			if err != nil && n == 0 {
-				if errors.Is(err, os.ErrDeadlineExceeded) && c.waiting() {
+				if isTimeout(err) && c.waiting() {
 					continue
 				}
 				if errors.Is(err, io.EOF) {
@@ -108,6 +107,12 @@ func (c *client) read(ctx context.Context) {
 		c.t.dispatch(ctx, p.VIP.Addr(), p, sends)
 		c.kick()
 	}
+}
+
+// isTimeout reports whether err is a deadline passing.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // waiting reports whether requests wait for their replies.
@@ -331,7 +336,7 @@ func (c *upConn) read() {
 			}
 		}
 		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) && c.waiting() == 0 {
+			if isTimeout(err) && c.waiting() == 0 {
 				continue
 			}
 			c.fail()
