@@ -28,6 +28,12 @@ type client struct {
 	wake chan struct{} // replies to write
 	room chan struct{} // the session takes input again
 	done atomic.Bool
+
+	// pinned is the server connection each server's requests of this
+	// client take (used by the reader only): requests of one client to
+	// one server go over one connection, so memcached runs them in the
+	// client's order (a get after a set sees the set).
+	pinned map[upKey]*upConn
 }
 
 // kick wakes the writer.
@@ -104,7 +110,7 @@ func (c *client) read(ctx context.Context) {
 		arena, sends = copySends(arena[:0], sends[:0], c.s.Feed(in, poolRouter{p}))
 		c.count(before, c.s.Stats)
 		c.mu.Unlock()
-		c.t.dispatch(ctx, p.VIP.Addr(), p, sends)
+		c.dispatch(ctx, p, sends)
 		c.kick()
 	}
 }
@@ -218,20 +224,37 @@ type upConn struct {
 // nothing for this long.
 const ReplyTimeout = 5 * time.Second
 
-// dispatch sends a client's requests, in order, to their servers' pooled
-// connections; a request whose server cannot be reached is answered
+// dispatch sends the client's requests, in order, over its connections
+// to their servers; a request whose server cannot be reached is answered
 // with SERVER_ERROR.
-func (t *Terminator) dispatch(ctx context.Context, vip netip.Addr, p *router.Pool, sends []proxy.Send) {
+func (c *client) dispatch(ctx context.Context, p *router.Pool, sends []proxy.Send) {
+	t := c.t
 	for len(sends) > 0 {
-		key := upKey{vip: vip, server: p.Servers[sends[0].Server].Addr, binary: sends[0].Binary}
+		key := upKey{vip: p.VIP.Addr(), server: p.Servers[sends[0].Server].Addr, binary: sends[0].Binary}
 		n := 1
 		for n < len(sends) && sends[n].Server == sends[0].Server && sends[n].Binary == sends[0].Binary {
 			n++
 		}
 		group := sends[:n]
 		sends = sends[n:]
-		uc, err := t.upstream(ctx, key)
-		if err != nil || !uc.send(group) {
+		sent := false
+		for try := 0; try < 2 && !sent; try++ {
+			uc := c.pinned[key]
+			if uc == nil {
+				var err error
+				if uc, err = t.upstream(ctx, key); err != nil {
+					break
+				}
+				if c.pinned == nil {
+					c.pinned = map[upKey]*upConn{}
+				}
+				c.pinned[key] = uc
+			}
+			if sent = uc.send(group); !sent {
+				delete(c.pinned, key) // it died: the next one takes over
+			}
+		}
+		if !sent {
 			toks := make([]proxy.Token, len(group))
 			for i, s := range group {
 				toks[i] = s.Token

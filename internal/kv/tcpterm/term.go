@@ -253,4 +253,3 @@ func (t *Terminator) pool(vip netip.AddrPort) *router.Pool {
 	}
 	return nil
 }
-
