@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -298,6 +299,70 @@ func TestKVTCP(t *testing.T) {
 		}
 	}
 	t.Logf("%d keys, each on its ring owner only (per server %v)", len(all), perServer)
+
+	// Kill NEU's memcached by PID: requests for its keys get
+	// SERVER_ERROR until LAN's gateway takes it out (the terminator's
+	// requests feed the router's passive detection, as datagrams do) and
+	// then go to the failover; keys of the other servers see no error.
+	dead := -1
+	for j, s := range pool.Servers {
+		if s.Site == "NEU" {
+			dead = j
+		}
+	}
+	var deadKeys, liveKeys []string
+	for _, k := range keys {
+		if rg.Owner([]byte(k)) == dead {
+			deadKeys = append(deadKeys, k)
+		} else {
+			liveKeys = append(liveKeys, k)
+		}
+	}
+	pid := 0
+	for _, p := range o.st.Procs {
+		if p.Name == "memcached-"+pool.Servers[dead].NS {
+			pid = p.PID
+		}
+	}
+	if pid == 0 {
+		t.Fatal("no memcached process recorded for NEU")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	var served time.Duration
+	liveErrors, deadErrors := 0, 0
+	for i := 0; time.Since(killed) < 3*time.Second; i++ {
+		dk, lk := deadKeys[i%len(deadKeys)], liveKeys[i%len(liveKeys)]
+		lan.send(t, []byte(fmt.Sprintf("set %s 0 0 5\r\nagain\r\nget %s\r\n", dk, lk)))
+		switch l := lan.line(t); {
+		case l == "STORED\r\n":
+			if served == 0 {
+				served = time.Since(killed)
+			}
+		case strings.HasPrefix(l, "SERVER_ERROR"):
+			deadErrors++
+		default:
+			t.Fatalf("set %s after the kill: %q", dk, l)
+		}
+		if l := lan.line(t); !strings.HasPrefix(l, "VALUE ") {
+			liveErrors++
+			t.Errorf("get %s (a healthy server's key) after the kill: %q", lk, l)
+		} else {
+			lan.line(t)
+			lan.line(t)
+		}
+		if served != 0 && time.Since(killed) > served+300*time.Millisecond {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("killed memcached at NEU (pid %d): its keys served over TCP again after %v (%d SERVER_ERROR before); %d errors for other keys",
+		pid, served.Round(time.Millisecond), deadErrors, liveErrors)
+	if served == 0 || served > time.Second {
+		t.Errorf("failover over TCP took %v, want at most 1 s", served)
+	}
 
 	// The gateways' counters.
 	if m, err := o.inGateway("LAN", "curl", "-s", "--max-time", "3", "http://127.0.0.1:7447/metrics"); err == nil {

@@ -56,7 +56,7 @@ func (a *Agent) startTCPTerms(ctx context.Context, st *kvState) {
 		}
 		port := kn.port
 		term, err := tcpterm.New(tcpterm.Config{Dev: dev, Self: wire.SiteIDFromName(a.cfg.Site), Table: port.KV.Load,
-			Log: a.log.With("network", n.Name)})
+			Log: a.log.With("network", n.Name), Now: a.clock.Mono})
 		if err != nil {
 			a.log.Error("kv tcp: terminator", "network", n.Name, "err", err)
 			dev.Close()

@@ -332,3 +332,14 @@ func (in *Inbound) tcpIngress(t *Table, b []byte, now int64) bool {
 	st.Remote.Add(1)
 	return true
 }
+
+// TCPRequest records a request the terminator sent to the server, for
+// its counters and for passive failure detection, as a routed datagram
+// is recorded.
+func (s *Server) TCPRequest(now int64) {
+	s.sent(now)
+	s.Requests.Add(1)
+}
+
+// TCPReply records a reply the terminator received from the server.
+func (s *Server) TCPReply(now int64) { s.replied(now) }

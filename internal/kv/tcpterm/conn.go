@@ -211,6 +211,9 @@ type upConn struct {
 	t    *Terminator
 	key  upKey
 	conn net.Conn
+	// srv is the server's state in the router's table, which records
+	// requests and replies for passive failure detection.
+	srv *router.Server
 
 	wmu  sync.Mutex // writers, in the order their requests were queued
 	mu   sync.Mutex // u
@@ -230,7 +233,8 @@ const ReplyTimeout = 5 * time.Second
 func (c *client) dispatch(ctx context.Context, p *router.Pool, sends []proxy.Send) {
 	t := c.t
 	for len(sends) > 0 {
-		key := upKey{vip: p.VIP.Addr(), server: p.Servers[sends[0].Server].Addr, binary: sends[0].Binary}
+		srv := p.Servers[sends[0].Server]
+		key := upKey{vip: p.VIP.Addr(), server: srv.Addr, binary: sends[0].Binary}
 		n := 1
 		for n < len(sends) && sends[n].Server == sends[0].Server && sends[n].Binary == sends[0].Binary {
 			n++
@@ -242,7 +246,8 @@ func (c *client) dispatch(ctx context.Context, p *router.Pool, sends []proxy.Sen
 			uc := c.pinned[key]
 			if uc == nil {
 				var err error
-				if uc, err = t.upstream(ctx, key); err != nil {
+				if uc, err = t.upstream(ctx, key, srv); err != nil {
+					srv.TCPRequest(t.cfg.Now()) // unanswered: passive detection counts it
 					break
 				}
 				if c.pinned == nil {
@@ -267,7 +272,7 @@ func (c *client) dispatch(ctx context.Context, p *router.Pool, sends []proxy.Sen
 
 // upstream returns a pooled connection for key: the least busy one, or a
 // new one while there are fewer than ConnsPerServer and all are busy.
-func (t *Terminator) upstream(ctx context.Context, key upKey) (*upConn, error) {
+func (t *Terminator) upstream(ctx context.Context, key upKey, srv *router.Server) (*upConn, error) {
 	t.mu.Lock()
 	var best *upConn
 	bestWait := 0
@@ -294,7 +299,7 @@ func (t *Terminator) upstream(ctx context.Context, key upKey) (*upConn, error) {
 	}
 	t.stats.Dials.Add(1)
 	t.stats.ServerConns.Add(1)
-	c := &upConn{t: t, key: key, conn: conn}
+	c := &upConn{t: t, key: key, conn: conn, srv: srv}
 	c.u.Binary = key.binary
 	c.last.Store(time.Now().UnixNano())
 	t.mu.Lock()
@@ -322,8 +327,10 @@ func (c *upConn) send(sends []proxy.Send) bool {
 		return false
 	}
 	c.wbuf = c.wbuf[:0]
+	now := c.t.cfg.Now()
 	for _, s := range sends {
 		c.wbuf = c.u.Append(c.wbuf, s)
+		c.srv.TCPRequest(now)
 	}
 	c.mu.Unlock()
 	c.last.Store(time.Now().UnixNano())
@@ -344,7 +351,11 @@ func (c *upConn) read() {
 		if n > 0 {
 			c.mu.Lock()
 			dels, ferr := c.u.Feed(buf[:n])
+			now := c.t.cfg.Now()
 			for _, d := range dels {
+				if d.Done {
+					c.srv.TCPReply(now)
+				}
 				cl := d.Token.S.Tag.(*client)
 				cl.mu.Lock()
 				d.Token.S.Reply(d.Token, d.Piece, d.Kind, d.Done)

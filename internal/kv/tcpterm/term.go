@@ -23,6 +23,9 @@ type Config struct {
 	// Table returns the network's router table in force.
 	Table func() *router.Table
 	Log   *slog.Logger
+	// Now returns the monotonic nanoseconds the router's passive failure
+	// detection runs on (the agent's clock); nil for time.Now.
+	Now func() int64
 	// Limits; zero takes the default.
 	MaxConns       int           // client connections in all (DefaultMaxConns)
 	MaxPerClient   int           // client connections per client address (DefaultMaxPerClient)
@@ -95,6 +98,9 @@ func New(cfg Config) (*Terminator, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = func() int64 { return time.Now().UnixNano() }
 	}
 	ns, err := newNetStack(cfg.Dev, router.TermMAC(cfg.Self))
 	if err != nil {
