@@ -69,8 +69,9 @@ type Session struct {
 	in      []byte // client bytes not yet parsed (from inOff)
 	inOff   int
 	skip    uint64 // bytes still to swallow after an error (memcached's swallow)
-	slots   []slot
-	head    uint64 // the sequence number of slots[0]
+	slots   []slot // slots[first:] wait, in request order
+	first   int
+	head    uint64 // the sequence number of slots[first]
 	out     []byte // replies ready for the client
 	closing bool   // a request closes the connection: parse no more
 	closed  bool   // the last reply before closing is in out
@@ -112,12 +113,12 @@ func (s *Session) Feed(data []byte, r Router) []Send {
 		data, s.skip = data[n:], s.skip-n
 	}
 	s.in = append(s.in, data...)
-	for !s.closing && len(s.slots) < MaxPending && s.inOff < len(s.in) {
+	for !s.closing && s.Waiting() < MaxPending && s.inOff < len(s.in) {
 		if !s.next(r) {
 			break
 		}
 	}
-	s.full = !s.closing && len(s.slots) >= MaxPending && s.inOff < len(s.in)
+	s.full = !s.closing && s.Waiting() >= MaxPending && s.inOff < len(s.in)
 	s.flush()
 	return s.sends
 }
@@ -272,7 +273,7 @@ func (s *Session) End() {
 // push appends a slot and returns its token.
 func (s *Session) push(sl slot) Token {
 	s.slots = append(s.slots, sl)
-	return Token{S: s, Seq: s.head + uint64(len(s.slots)-1)}
+	return Token{S: s, Seq: s.head + uint64(s.Waiting()-1)}
 }
 
 // Reply hands the session a piece of a server's reply for the slot tok
@@ -285,6 +286,9 @@ func (s *Session) Reply(tok Token, piece []byte, kind memcache.ReplyKind, done b
 		return
 	}
 	switch {
+	case !sl.merge && sl == &s.slots[s.first] && !s.closed:
+		// The first slot waiting: its reply goes out as it comes.
+		s.out = append(s.out, piece...)
 	case !sl.merge:
 		sl.buf = append(sl.buf, piece...)
 	case kind == memcache.ReplyValues || string(piece) == "END\r\n":
@@ -313,16 +317,16 @@ func (s *Session) Fail(tok Token) {
 
 // slot returns the slot of tok, or nil.
 func (s *Session) slot(tok Token) *slot {
-	if tok.S != s || tok.Seq < s.head || tok.Seq-s.head >= uint64(len(s.slots)) {
+	if tok.S != s || tok.Seq < s.head || tok.Seq-s.head >= uint64(s.Waiting()) {
 		return nil
 	}
-	return &s.slots[tok.Seq-s.head]
+	return &s.slots[s.first+int(tok.Seq-s.head)]
 }
 
 // flush moves the complete replies at the head of the queue to out.
 func (s *Session) flush() {
-	for len(s.slots) > 0 && s.slots[0].parts == 0 && !s.closed {
-		sl := &s.slots[0]
+	for s.Waiting() > 0 && s.slots[s.first].parts == 0 && !s.closed {
+		sl := &s.slots[s.first]
 		switch {
 		case sl.failed:
 			s.out = serverError(s.out, sl)
@@ -336,12 +340,17 @@ func (s *Session) flush() {
 		if sl.close {
 			s.closed = true
 		}
-		s.slots[0] = slot{}
-		s.slots = s.slots[1:]
+		s.slots[s.first] = slot{}
+		s.first++
 		s.head++
 	}
-	if len(s.slots) == 0 {
-		s.slots = s.slots[:0:0]
+	switch {
+	case s.first == len(s.slots):
+		s.slots, s.first = s.slots[:0], 0
+	case s.first >= 64 && s.first >= len(s.slots)/2:
+		n := copy(s.slots, s.slots[s.first:])
+		clear(s.slots[n:])
+		s.slots, s.first = s.slots[:n], 0
 	}
 }
 
@@ -357,7 +366,7 @@ func (s *Session) Output() []byte {
 func (s *Session) Pending() int { return len(s.out) }
 
 // Waiting returns the number of requests waiting for a reply.
-func (s *Session) Waiting() int { return len(s.slots) }
+func (s *Session) Waiting() int { return len(s.slots) - s.first }
 
 // Closed reports whether the connection is to be closed once Output has
 // been written.
@@ -367,7 +376,7 @@ func (s *Session) Closed() bool { return s.closed }
 // client: it is not closing, has room for more requests, and the client
 // is reading its replies.
 func (s *Session) WantInput() bool {
-	return !s.closing && len(s.slots) < MaxPending && len(s.out) < MaxOut
+	return !s.closing && s.Waiting() < MaxPending && len(s.out) < MaxOut
 }
 
 // Closing reports whether a request (quit, or an error memcached closes

@@ -53,7 +53,8 @@ type waiting struct {
 // reply bytes not yet framed. It is not safe for concurrent use.
 type Upstream struct {
 	Binary bool
-	wait   []waiting
+	wait   []waiting // wait[first:] are waiting, in the order sent
+	first  int
 	in     []byte
 	inOff  int
 	dels   []Delivery
@@ -77,7 +78,7 @@ func (u *Upstream) Append(dst []byte, snd Send) []byte {
 }
 
 // Waiting returns the number of requests waiting for their reply.
-func (u *Upstream) Waiting() int { return len(u.wait) }
+func (u *Upstream) Waiting() int { return len(u.wait) - u.first }
 
 // Feed takes bytes from the server and returns the pieces of reply they
 // complete. ErrReply means the stream is broken: the shell closes the
@@ -98,11 +99,11 @@ func (u *Upstream) Feed(data []byte) ([]Delivery, error) {
 			}
 			break
 		}
-		if err != nil || len(u.wait) == 0 || !u.familyOK(buf) {
+		if err != nil || u.Waiting() == 0 || !u.familyOK(buf) {
 			return u.dels, ErrReply
 		}
 		u.inOff += n
-		w := u.wait[0]
+		w := u.wait[u.first]
 		reply := buf[:n]
 		if w.quiet && u.isSentinel(reply, kind) {
 			u.dels = append(u.dels, Delivery{Token: w.tok, Done: true})
@@ -131,21 +132,26 @@ func (u *Upstream) isSentinel(reply []byte, kind memcache.ReplyKind) bool {
 }
 
 func (u *Upstream) pop() {
-	u.wait[0] = waiting{}
-	u.wait = u.wait[1:]
-	if len(u.wait) == 0 {
-		u.wait = u.wait[:0:0]
+	u.wait[u.first] = waiting{}
+	u.first++
+	switch {
+	case u.first == len(u.wait):
+		u.wait, u.first = u.wait[:0], 0
+	case u.first >= 64 && u.first >= len(u.wait)/2:
+		n := copy(u.wait, u.wait[u.first:])
+		clear(u.wait[n:])
+		u.wait, u.first = u.wait[:n], 0
 	}
 }
 
 // Abandon forgets every request waiting on the connection and returns
 // their tokens, which the shell fails (Session.Fail).
 func (u *Upstream) Abandon() []Token {
-	toks := make([]Token, 0, len(u.wait))
-	for _, w := range u.wait {
+	toks := make([]Token, 0, u.Waiting())
+	for _, w := range u.wait[u.first:] {
 		toks = append(toks, w.tok)
 	}
-	u.wait = nil
+	u.wait, u.first = nil, 0
 	u.in, u.inOff = nil, 0
 	return toks
 }
