@@ -109,9 +109,12 @@ func (c *client) read(ctx context.Context) {
 		before := c.s.Stats
 		arena, sends = copySends(arena[:0], sends[:0], c.s.Feed(in, poolRouter{p}))
 		c.count(before, c.s.Stats)
+		ready := c.s.Pending() > 0 || c.s.Closed()
 		c.mu.Unlock()
 		c.dispatch(ctx, p, sends)
-		c.kick()
+		if ready {
+			c.kick() // replies the session made itself (mn, errors)
+		}
 	}
 }
 
