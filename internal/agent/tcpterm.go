@@ -62,17 +62,11 @@ func (a *Agent) startTCPTerms(ctx context.Context, st *kvState) {
 			dev.Close()
 			continue
 		}
-		if t := port.KV.Load(); t != nil {
-			t.EnableTCP(true)
-		}
 		terms = append(terms, tcpTerm{network: n.Name, term: term, port: port.KV.Load})
 		a.log.Info("kv tcp: terminator started", "network", n.Name, "device", dev.Name())
 		go func() {
 			if err := term.Run(ctx); err != nil && ctx.Err() == nil {
 				a.log.Error("kv tcp: terminator stopped", "network", n.Name, "err", err)
-			}
-			if t := port.KV.Load(); t != nil {
-				t.EnableTCP(false)
 			}
 			dev.Close()
 		}()

@@ -114,7 +114,8 @@ func New(cfg Config) (*Terminator, error) {
 func (t *Terminator) Stats() *Stats { return &t.stats }
 
 // Run serves until ctx is done, then closes every connection and the
-// stack (not the device, which the caller closes).
+// stack (not the device, which the caller closes). While it runs, the
+// table in force has TCP on (Table.EnableTCP).
 func (t *Terminator) Run(ctx context.Context) error {
 	go t.ns.outbound(ctx)
 	inErr := make(chan error, 1)
@@ -142,6 +143,18 @@ func (t *Terminator) sync(ctx context.Context) {
 	if tb == nil {
 		return
 	}
+	if !tb.TCPEnabled() {
+		tb.EnableTCP(true) // a table built anew (not by Replace) starts without
+	}
+	t.mu.Lock()
+	for vip, l := range t.listening {
+		if !hasPool(tb, vip) {
+			l.Close() // the pool is gone; its clients are closed at their next request
+			delete(t.listening, vip)
+			t.cfg.Log.Info("kv tcp: stopped listening", "address", vip)
+		}
+	}
+	t.mu.Unlock()
 	for _, p := range tb.Pools() {
 		t.mu.Lock()
 		haveAddr, listening := t.addrs[p.VIP.Addr()], t.listening[p.VIP] != nil
@@ -171,8 +184,22 @@ func (t *Terminator) sync(ctx context.Context) {
 	}
 }
 
-// shutdown closes the listeners, the server connections and the stack.
+// hasPool reports whether tb has a pool at vip.
+func hasPool(tb *router.Table, vip netip.AddrPort) bool {
+	for _, p := range tb.Pools() {
+		if p.VIP == vip {
+			return true
+		}
+	}
+	return false
+}
+
+// shutdown turns TCP off in the table in force and closes the listeners,
+// the server connections and the stack.
 func (t *Terminator) shutdown() {
+	if tb := t.cfg.Table(); tb != nil {
+		tb.EnableTCP(false)
+	}
 	t.mu.Lock()
 	for _, l := range t.listening {
 		l.Close()
