@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -275,6 +276,21 @@ func TestBackpressure(t *testing.T) {
 	n.feed("get 1")
 	if n.s.Backlog() || !n.s.WantInput() {
 		t.Fatal("a partial request counts as backlog")
+	}
+	// Replies held behind a slow one count against MaxOut.
+	h := newNet(t)
+	h.feed("get 1a\r\nget 2b\r\n")
+	big := strings.Repeat("x", MaxOut)
+	h.reply(2, false, fmt.Sprintf("VALUE 2b 0 %d\r\n%s\r\nEND\r\n", len(big), big))
+	if h.s.WantInput() || h.out() != "" {
+		t.Fatal("a large reply held behind a slow one does not stop input")
+	}
+	h.reply(1, false, "END\r\n")
+	if got := h.out(); len(got) < MaxOut || !h.s.WantInput() && h.s.Pending() == 0 {
+		t.Fatalf("after the slow reply: %d bytes out", len(got))
+	}
+	if !h.s.WantInput() {
+		t.Fatal("the session does not want input once its output is taken")
 	}
 	// A request over MaxRequest closes the session.
 	c := newNet(t)

@@ -11,9 +11,10 @@ const (
 	// MaxPending is how many requests of one client may wait for their
 	// replies; past it the session reads no more.
 	MaxPending = 256
-	// MaxOut is how many bytes of replies may wait for the client to read
-	// them before the session reads no more requests.
-	MaxOut = 4 << 20
+	// MaxOut is how many bytes of replies may wait, for the client to
+	// read them or behind an earlier reply, before the session reads no
+	// more requests (those already sent may still add theirs).
+	MaxOut = 1 << 20
 	// MaxRequest is the longest request a session buffers: memcached's
 	// default largest item (1 MB) and room for its command line.
 	MaxRequest = 1<<20 + 4096
@@ -76,6 +77,7 @@ type Session struct {
 	closing bool   // a request closes the connection: parse no more
 	closed  bool   // the last reply before closing is in out
 	full    bool   // Feed stopped at MaxPending with bytes left to parse
+	held    int    // reply bytes held in slots behind an earlier one
 	req     memcache.Request
 	split   memcache.Splitter
 	scratch []byte
@@ -291,10 +293,14 @@ func (s *Session) Reply(tok Token, piece []byte, kind memcache.ReplyKind, done b
 		s.out = append(s.out, piece...)
 	case !sl.merge:
 		sl.buf = append(sl.buf, piece...)
+		s.held += len(piece)
 	case kind == memcache.ReplyValues || string(piece) == "END\r\n":
-		sl.buf = append(sl.buf, memcache.TrimEnd(piece)...)
+		v := memcache.TrimEnd(piece)
+		sl.buf = append(sl.buf, v...)
+		s.held += len(v)
 	case sl.errBuf == nil:
 		sl.errBuf = append([]byte{}, piece...)
+		s.held += len(piece)
 	}
 	if done {
 		sl.parts--
@@ -340,6 +346,7 @@ func (s *Session) flush() {
 		if sl.close {
 			s.closed = true
 		}
+		s.held -= len(sl.buf) + len(sl.errBuf)
 		s.slots[s.first] = slot{}
 		s.first++
 		s.head++
@@ -376,7 +383,7 @@ func (s *Session) Closed() bool { return s.closed }
 // client: it is not closing, has room for more requests, and the client
 // is reading its replies.
 func (s *Session) WantInput() bool {
-	return !s.closing && s.Waiting() < MaxPending && len(s.out) < MaxOut
+	return !s.closing && s.Waiting() < MaxPending && len(s.out)+s.held < MaxOut
 }
 
 // Closing reports whether a request (quit, or an error memcached closes

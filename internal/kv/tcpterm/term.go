@@ -37,8 +37,8 @@ type Config struct {
 
 // The default limits.
 const (
-	DefaultMaxConns       = 4096
-	DefaultMaxPerClient   = 256
+	DefaultMaxConns       = 1024 // memcached's own default (-c)
+	DefaultMaxPerClient   = 64
 	DefaultClientIdle     = 5 * time.Minute
 	DefaultServerIdle     = 60 * time.Second // below router.TCPConnIdle
 	DefaultConnsPerServer = 2
