@@ -150,6 +150,33 @@ func TestSplitGetError(t *testing.T) {
 	}
 }
 
+// TestSplitGetManyParts splits a gat with a long exptime and one-byte
+// keys over ten servers (the parts repeat the command) and checks the
+// requests after it are untouched.
+func TestSplitGetManyParts(t *testing.T) {
+	n := newNet(t)
+	n.feed("gat 1000000 0 1 2 3 4 5 6 7 8 9\r\nget 1z\r\n")
+	for i := 0; i < 10; i++ {
+		want := fmt.Sprintf("gat 1000000 %d\r\n", i)
+		if i == 1 {
+			want += "get 1z\r\n"
+		}
+		if got := n.sentTo(i, false); got != want {
+			t.Fatalf("server %d got %q, want %q", i, got, want)
+		}
+	}
+	// A base64 meta key that does not decode: memcached's error, and the
+	// next request is untouched.
+	b := newNet(t)
+	b.feed("mg ####= b v\r\nget 1y\r\n")
+	if got := b.out(); !strings.HasPrefix(got, "CLIENT_ERROR") {
+		t.Fatalf("bad base64 key: %q", got)
+	}
+	if got := b.sentTo(1, false); got != "get 1y\r\n" {
+		t.Fatalf("after the bad key, server 1 got %q", got)
+	}
+}
+
 func TestQuietSentinel(t *testing.T) {
 	n := newNet(t)
 	n.feed("set 1a 0 0 1 noreply\r\nx\r\nmg 1a q v\r\nmg 1b q v\r\nget 1c\r\n")

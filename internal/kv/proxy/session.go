@@ -175,7 +175,7 @@ func (s *Session) next(r Router) bool {
 	} else {
 		var err error
 		if o, err = s.split.Owner(q, r.Owner); err != nil {
-			s.fail(err)
+			s.reject(err) // a base64 key that does not decode
 			return true
 		}
 	}
@@ -195,10 +195,19 @@ func (s *Session) splitGet(q *memcache.Request, sl slot, r Router) bool {
 	if cap(s.scratch)-len(s.scratch) < need {
 		s.scratch = make([]byte, 0, max(need, 2*cap(s.scratch)))
 	}
-	dst := s.scratch[len(s.scratch):cap(s.scratch)]
-	parts, err := s.split.SplitGet(q, r.Owner, dst)
+	var parts []memcache.Part
+	var err error
+	for {
+		dst := s.scratch[len(s.scratch):cap(s.scratch)]
+		parts, err = s.split.SplitGet(q, r.Owner, dst)
+		if err != memcache.ErrShortBuffer || cap(s.scratch) > 64*MaxRequest {
+			break
+		}
+		// Each part repeats the command and its exptime: more room.
+		s.scratch = make([]byte, 0, 2*cap(s.scratch)+need)
+	}
 	if err != nil {
-		s.fail(err)
+		s.reject(err)
 		return true
 	}
 	for _, p := range parts {
@@ -246,6 +255,19 @@ func (s *Session) fail(err error) {
 	} else {
 		s.inOff += q.Len
 	}
+	s.push(sl)
+}
+
+// reject answers a request parsed and consumed whole that cannot be
+// routed, with memcached's error for err.
+func (s *Session) reject(err error) {
+	me, ok := err.(*memcache.Error)
+	if !ok {
+		me = memcache.ErrUnknownCommand
+	}
+	s.Stats.Errors++
+	sl := slot{proto: s.req.Protocol}
+	sl.buf = me.AppendReply(sl.buf, &s.req)
 	s.push(sl)
 }
 
