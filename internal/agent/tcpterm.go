@@ -55,7 +55,7 @@ func (a *Agent) startTCPTerms(ctx context.Context, st *kvState) {
 			continue
 		}
 		port := kn.port
-		term, err := tcpterm.New(tcpterm.Config{Dev: dev, Self: wire.SiteIDFromName(a.cfg.Site), Table: port.KV.Load,
+		term, err := tcpterm.New(tcpterm.Config{Dev: dev, Bridge: port.Dev, Self: wire.SiteIDFromName(a.cfg.Site), Table: port.KV.Load,
 			Log: a.log.With("network", n.Name), Now: a.clock.Mono})
 		if err != nil {
 			a.log.Error("kv tcp: terminator", "network", n.Name, "err", err)
@@ -122,6 +122,7 @@ func tcpTermCounters(t tcpTerm) map[string]int64 {
 		"dial_failures": int64(s.DialFailures.Load()),
 		"server_conns":  s.ServerConns.Load(),
 		"bad_replies":   int64(s.BadReplies.Load()),
+		"input_drops":   int64(s.InputDrops.Load()),
 	}
 	if tb := t.port(); tb != nil {
 		r := tb.TCPStats()

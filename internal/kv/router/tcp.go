@@ -90,9 +90,32 @@ type tcpConn struct {
 // tcpState is a table's TCP state, shared by its successors.
 type tcpState struct {
 	enabled atomic.Bool
+	sink    atomic.Pointer[sinkBox]
 	conns   [TCPConnSlots]tcpConn
 	Stats   TCPStats
 }
+
+// TCPSink takes the frames for this site's terminator in the process,
+// instead of over the bridge. Input must copy what it keeps and must not
+// block: it runs on the data path's device loop.
+type TCPSink interface {
+	Input(frame []byte)
+}
+
+type sinkBox struct{ s TCPSink }
+
+// SetTCPSink hands the frames of clients and local servers for this
+// site's terminator to s (nil: over the bridge to the terminator's MAC).
+func (t *Table) SetTCPSink(s TCPSink) {
+	if s == nil {
+		t.tcp.sink.Store(nil)
+		return
+	}
+	t.tcp.sink.Store(&sinkBox{s})
+}
+
+// HasTCPSink reports whether a sink is set.
+func (t *Table) HasTCPSink() bool { return t.tcp.sink.Load() != nil }
 
 // EnableTCP says whether this site's terminator runs: without it, TCP to
 // a virtual address is dropped and counted.
@@ -236,9 +259,13 @@ func (w *Worker) tcpEgress(t *Table, b []byte, now int64) bool {
 	} else {
 		w.clients.learn(src, frame.Src(b))
 	}
+	st.ToTerminator.Add(1)
+	if sink := t.tcp.sink.Load(); sink != nil {
+		sink.s.Input(b) // as read: the terminator learns the client's MAC
+		return true
+	}
 	copy(frame.Dst(b), self[:])
 	copy(frame.Src(b), p.mac[:])
-	st.ToTerminator.Add(1)
 	w.emit(Output{Frame: b, InPlace: true, Local: true})
 	return true
 }

@@ -139,6 +139,27 @@ func TestTCPRoundTrip(t *testing.T) {
 	}
 }
 
+// sinkFrames is a TCPSink that keeps copies.
+type sinkFrames [][]byte
+
+func (s *sinkFrames) Input(f []byte) { *s = append(*s, append([]byte(nil), f...)) }
+
+func TestTCPSink(t *testing.T) {
+	a := tcpTableAt(t, siteA)
+	a.EnableTCP(true)
+	var got sinkFrames
+	a.SetTCPSink(&got)
+	vmac := VirtualMAC(vip.Addr())
+	b := tcpFrame(vmac[:], clientMAC, client, vip)
+	if h, outs := NewWorker().Egress(a, b, 1); !h || len(outs) != 0 || len(got) != 1 || !bytes.Equal(got[0], b) {
+		t.Fatalf("handled %v, %d outputs, %d frames to the sink", h, len(outs), len(got))
+	}
+	a.SetTCPSink(nil)
+	if _, outs := NewWorker().Egress(a, tcpFrame(vmac[:], clientMAC, client, vip), 2); len(outs) != 1 || len(got) != 1 {
+		t.Fatal("without a sink the frame does not go over the bridge")
+	}
+}
+
 func TestTCPLocalServer(t *testing.T) {
 	a := tcpTableAt(t, siteA)
 	a.EnableTCP(true)

@@ -93,10 +93,18 @@ func (n *netStack) inbound() error {
 	}
 }
 
-// outbound writes the stack's packets to the TAP device, each in a frame
-// from the terminator's MAC to the virtual MAC of its source address,
-// until ctx is done.
-func (n *netStack) outbound(ctx context.Context) {
+// direct says where a packet of the stack goes when it can skip the
+// router: the destination MAC, from the virtual MAC of its source, on
+// the network's bridge; ok false sends it through the terminator's own
+// TAP device and the router.
+type direct func(p []byte) (dst [6]byte, ok bool)
+
+// outbound writes the stack's packets until ctx is done: each in a frame
+// from the virtual MAC of its source address to the MAC direct gives, on
+// bridge; or, when direct says no (or there is no bridge), in a frame
+// from the terminator's MAC to that virtual MAC, on the terminator's own
+// TAP device (the router then puts in the MACs and sends it on).
+func (n *netStack) outbound(ctx context.Context, bridge device.Device, route direct) {
 	frame := make([]byte, 14+n.dev.MTU()+64)
 	for {
 		pkt := n.ep.ReadContext(ctx)
@@ -111,13 +119,38 @@ func (n *netStack) outbound(ctx context.Context) {
 			continue
 		}
 		vmac := router.VirtualMAC(netip.AddrFrom4([4]byte(p[12:16])))
-		copy(frame[0:6], vmac[:])
-		copy(frame[6:12], n.mac[:])
 		binary.BigEndian.PutUint16(frame[12:14], 0x0800)
 		m := copy(frame[14:], p)
 		v.Release()
+		if dst, ok := route(frame[14 : 14+m]); ok && bridge != nil {
+			copy(frame[0:6], dst[:])
+			copy(frame[6:12], vmac[:])
+			writeBridge(bridge, frame[:14+m])
+			continue
+		}
+		copy(frame[0:6], vmac[:])
+		copy(frame[6:12], n.mac[:])
 		_, _ = n.dev.Write(frame[:14+m])
 	}
+}
+
+// writeBridge writes a frame to the network's TAP device, flushing a
+// device that coalesces writes.
+func writeBridge(d device.Device, f []byte) {
+	if _, err := d.Write(f); err != nil {
+		return
+	}
+	if fl, ok := d.(device.Flusher); ok {
+		_ = fl.Flush()
+	}
+}
+
+// inject hands the stack a frame the router gave the terminator in the
+// process (an untagged IPv4 frame).
+func (n *netStack) inject(f []byte) {
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(f[14:])})
+	n.ep.InjectInbound(ipv4.ProtocolNumber, pkt)
+	pkt.DecRef()
 }
 
 // close stops the stack.

@@ -2,6 +2,7 @@ package tcpterm
 
 import (
 	"context"
+	"encoding/binary"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -18,6 +19,13 @@ import (
 type Config struct {
 	// Dev is the terminator's own TAP device, on the site's bridge.
 	Dev device.Device
+	// Bridge, when set, is the network's own TAP device (the data
+	// path's): the terminator then takes the frames of clients and local
+	// servers from the router in the process (router.Table.SetTCPSink)
+	// and writes its frames to them there, and uses Dev only for the
+	// frames of remote servers (which must leave through the data path)
+	// and the replies that come back from them.
+	Bridge device.Device
 	// Self is this site: the terminator's MAC is router.TermMAC(Self).
 	Self wire.SiteID
 	// Table returns the network's router table in force.
@@ -59,6 +67,7 @@ type Stats struct {
 	DialFailures atomic.Uint64 // server connections that could not be opened
 	ServerConns  atomic.Int64  // server connections open
 	BadReplies   atomic.Uint64 // server streams that could not be framed
+	InputDrops   atomic.Uint64 // frames from the router dropped: the terminator's queue was full
 }
 
 // Terminator terminates TCP connections to the virtual addresses of one
@@ -68,6 +77,11 @@ type Terminator struct {
 	cfg   Config
 	ns    *netStack
 	stats Stats
+
+	in     chan *[]byte // frames from the router (Input)
+	inPool sync.Pool
+	macMu  sync.RWMutex
+	macs   map[netip.Addr][6]byte // client MACs, from their frames
 
 	mu        sync.Mutex
 	addrs     map[netip.Addr]bool
@@ -107,7 +121,8 @@ func New(cfg Config) (*Terminator, error) {
 		return nil, err
 	}
 	return &Terminator{cfg: cfg, ns: ns, addrs: map[netip.Addr]bool{}, listening: map[netip.AddrPort]net.Listener{},
-		perClient: map[netip.Addr]int{}, ups: map[upKey][]*upConn{}}, nil
+		perClient: map[netip.Addr]int{}, ups: map[upKey][]*upConn{}, in: make(chan *[]byte, inQueue),
+		macs: map[netip.Addr][6]byte{}}, nil
 }
 
 // Stats returns the terminator's counters.
@@ -117,9 +132,10 @@ func (t *Terminator) Stats() *Stats { return &t.stats }
 // stack (not the device, which the caller closes). While it runs, the
 // table in force has TCP on (Table.EnableTCP).
 func (t *Terminator) Run(ctx context.Context) error {
-	go t.ns.outbound(ctx)
+	go t.ns.outbound(ctx, t.cfg.Bridge, t.direct)
 	inErr := make(chan error, 1)
 	go func() { inErr <- t.ns.inbound() }()
+	go t.injector(ctx)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	defer t.shutdown()
@@ -145,6 +161,9 @@ func (t *Terminator) sync(ctx context.Context) {
 	}
 	if !tb.TCPEnabled() {
 		tb.EnableTCP(true) // a table built anew (not by Replace) starts without
+	}
+	if t.cfg.Bridge != nil && !tb.HasTCPSink() {
+		tb.SetTCPSink(t)
 	}
 	t.mu.Lock()
 	for vip, l := range t.listening {
@@ -199,6 +218,7 @@ func hasPool(tb *router.Table, vip netip.AddrPort) bool {
 func (t *Terminator) shutdown() {
 	if tb := t.cfg.Table(); tb != nil {
 		tb.EnableTCP(false)
+		tb.SetTCPSink(nil)
 	}
 	t.mu.Lock()
 	for _, l := range t.listening {
@@ -285,4 +305,83 @@ func (t *Terminator) pool(vip netip.AddrPort) *router.Pool {
 		}
 	}
 	return nil
+}
+
+// inQueue is how many frames from the router may wait for the stack.
+const inQueue = 4096
+
+// Input takes a frame the router hands the terminator (router.TCPSink):
+// it copies it and queues it for the stack, or drops it (counted) when
+// the queue is full; it never blocks the data path.
+func (t *Terminator) Input(f []byte) {
+	if len(f) < 14+20 || len(f) > 65535 {
+		return
+	}
+	b, _ := t.inPool.Get().(*[]byte)
+	if b == nil {
+		b = new([]byte)
+	}
+	*b = append((*b)[:0], f...)
+	select {
+	case t.in <- b:
+	default:
+		t.inPool.Put(b)
+		t.stats.InputDrops.Add(1)
+	}
+}
+
+// injector feeds the stack the frames Input queued, learning the MAC of
+// each sender.
+func (t *Terminator) injector(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case b := <-t.in:
+			f := *b
+			src := netip.AddrFrom4([4]byte(f[14+12 : 14+16]))
+			t.macMu.RLock()
+			mac, ok := t.macs[src]
+			t.macMu.RUnlock()
+			if !ok || mac != [6]byte(f[6:12]) {
+				t.macMu.Lock()
+				if len(t.macs) >= maxMACs {
+					clear(t.macs)
+				}
+				t.macs[src] = [6]byte(f[6:12])
+				t.macMu.Unlock()
+			}
+			t.ns.inject(f)
+			t.inPool.Put(b)
+		}
+	}
+}
+
+// maxMACs bounds the table of client MACs (cleared when full).
+const maxMACs = 65536
+
+// direct says where a packet of the stack goes without the router: to a
+// client, or to a local server whose MAC is known, on the bridge.
+func (t *Terminator) direct(p []byte) ([6]byte, bool) {
+	ihl := int(p[0]&0x0f) * 4
+	if p[9] != 6 || ihl < 20 || len(p) < ihl+4 {
+		return [6]byte{}, false
+	}
+	src := netip.AddrFrom4([4]byte(p[12:16]))
+	dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte(p[16:20])), binary.BigEndian.Uint16(p[ihl+2:]))
+	if tb := t.cfg.Table(); tb != nil {
+		for _, pl := range tb.Pools() {
+			if pl.VIP.Addr() != src {
+				continue
+			}
+			if s := pl.ServerAt(dst); s != nil {
+				mac, known := s.MAC()
+				return mac, s.Local && known
+			}
+		}
+	}
+	t.macMu.RLock()
+	mac, ok := t.macs[dst.Addr()]
+	t.macMu.RUnlock()
+	return mac, ok
 }

@@ -38,6 +38,7 @@ type site struct {
 	table  *router.Table
 	term   *Terminator
 	dev    *device.Fake
+	br     *device.Fake // the network's TAP device, when the terminator writes there
 	hosts  *stack.Stack
 	ep     *channel.Endpoint
 	macs   map[netip.Addr][6]byte
@@ -55,7 +56,7 @@ var (
 	}
 )
 
-func newSite(t *testing.T, cfg Config) *site {
+func newSite(t *testing.T, cfg Config, bridge bool) *site {
 	s := &site{t: t, macs: map[netip.Addr][6]byte{}}
 	spec := router.Spec{Self: self, Subnet: netip.MustParsePrefix("10.20.0.0/24"), Pools: []router.PoolSpec{{Name: "cache", VIP: vip, Hash: ring.Ketama}}}
 	for _, a := range servers {
@@ -94,15 +95,28 @@ func newSite(t *testing.T, cfg Config) *site {
 	}
 	s.dev = device.NewFake("kv", 1400, 4096)
 	cfg.Dev, cfg.Self, cfg.Table = s.dev, self, func() *router.Table { return tb }
+	if bridge {
+		s.br = device.NewFake("detour0", 1400, 4096)
+		cfg.Bridge = s.br
+	}
 	if s.term, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go s.term.Run(ctx)
 	go s.bridge(ctx)
+	for deadline := time.Now().Add(5 * time.Second); bridge && !tb.HasTCPSink(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the terminator did not take the router's frames")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	t.Cleanup(func() {
 		cancel()
 		s.dev.Close()
+		if s.br != nil {
+			s.br.Close()
+		}
 		s.ep.Close()
 		s.hosts.Close()
 	})
@@ -159,6 +173,10 @@ func (s *site) bridge(ctx context.Context) {
 		}
 	}()
 	term := router.TermMAC(self)
+	var brOut <-chan []byte
+	if s.br != nil {
+		brOut = s.br.Out()
+	}
 	for {
 		var f []byte
 		select {
@@ -166,6 +184,11 @@ func (s *site) bridge(ctx context.Context) {
 			return
 		case f = <-fromHosts:
 		case f = <-s.dev.Out():
+		case f = <-brOut:
+			// Written to the network's TAP device: the bridge takes it
+			// to the host its destination MAC names.
+			s.toHosts(f)
+			continue
 		}
 		handled, outs := w.Egress(s.table, f, time.Now().UnixNano())
 		if !handled {
@@ -180,11 +203,22 @@ func (s *site) bridge(ctx context.Context) {
 				s.dev.Inject(o.Frame)
 				continue
 			}
-			pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(append([]byte(nil), o.Frame[14:]...))})
-			s.ep.InjectInbound(ipv4.ProtocolNumber, pkt)
-			pkt.DecRef()
+			s.toHosts(o.Frame)
 		}
 	}
+}
+
+// toHosts delivers a frame on the bridge to the hosts' stack.
+func (s *site) toHosts(f []byte) {
+	for _, m := range s.macs {
+		if [6]byte(f[0:6]) == m {
+			pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(append([]byte(nil), f[14:]...))})
+			s.ep.InjectInbound(ipv4.ProtocolNumber, pkt)
+			pkt.DecRef()
+			return
+		}
+	}
+	s.t.Errorf("a frame on the bridge to %x, no host's MAC", f[0:6])
 }
 
 // dial connects the client host to the virtual address.
@@ -216,7 +250,15 @@ func readLine(t *testing.T, r *bufio.Reader) string {
 // in request order, one END for the multi-key get, and every key on its
 // ring owner.
 func TestTerminator(t *testing.T) {
-	s := newSite(t, Config{})
+	t.Run("bridge", func(t *testing.T) { testTerminator(t, true) })
+	t.Run("hairpin", func(t *testing.T) { testTerminator(t, false) })
+}
+
+// testTerminator runs TestTerminator with the terminator writing to the
+// network's TAP device (bridge) or only to its own (hairpin, every frame
+// through the router).
+func testTerminator(t *testing.T, bridge bool) {
+	s := newSite(t, Config{}, bridge)
 	c, r := s.dial()
 	var b strings.Builder
 	keys := make([]string, 200)
@@ -258,6 +300,11 @@ func TestTerminator(t *testing.T) {
 	if values != 30 || s.term.Stats().Split.Load() != 1 {
 		t.Fatalf("multi-get: %d values, %d splits", values, s.term.Stats().Split.Load())
 	}
+	// With the bridge, no frame of the terminator went through the
+	// router; without, all did.
+	if from := s.table.TCPStats().FromTerminator.Load(); (from == 0) != bridge {
+		t.Fatalf("bridge %v: %d frames from the terminator through the router", bridge, from)
+	}
 	// Each key on its owner: ask the servers directly.
 	p := s.table.Pools()[0]
 	for i, addr := range s.direct {
@@ -280,7 +327,7 @@ func TestTerminator(t *testing.T) {
 // TestTerminatorLimits checks the limit on connections per client and
 // that a client closing its side still gets the replies to what it sent.
 func TestTerminatorLimits(t *testing.T) {
-	s := newSite(t, Config{MaxPerClient: 2})
+	s := newSite(t, Config{MaxPerClient: 2}, true)
 	s.dial()
 	s.dial()
 	c, r := s.dial()
@@ -292,7 +339,7 @@ func TestTerminatorLimits(t *testing.T) {
 		t.Fatalf("refused %d", s.term.Stats().Refused.Load())
 	}
 	// Half-close: the replies still come.
-	s2 := newSite(t, Config{})
+	s2 := newSite(t, Config{}, true)
 	c, r = s2.dial()
 	c.Write([]byte("set hc 0 0 1\r\nx\r\nget hc\r\n"))
 	c.CloseWrite()
