@@ -53,8 +53,9 @@
 //
 // # Bounds
 //
-// A Session holds at most MaxPending slots and MaxOut bytes of replies
-// not yet written; past either it asks for no more input (WantInput),
-// which the shell turns into TCP backpressure on the client. A request
-// longer than MaxRequest closes the connection.
+// A Session holds at most MaxPending slots, and takes no more requests
+// while MaxOut bytes of replies wait (for the client to read them, or
+// behind an earlier reply); past either it asks for no more input
+// (WantInput), which the shell turns into TCP backpressure on the
+// client. A request longer than MaxRequest closes the connection.
 package proxy
