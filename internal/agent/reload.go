@@ -68,6 +68,7 @@ func (a *Agent) reload(file *config.Agent) (api.Reload, error) {
 			}
 		}
 	}
+	a.kvNetworksChanged()
 	for _, n := range res.Notes {
 		a.log.Warn("reload: " + n)
 	}
