@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -31,7 +32,11 @@ import (
 // ring says. Then drain and undrain at LAN (distributed too), and NEU's
 // check latencies.
 func TestKVRingChange(t *testing.T) {
-	o := withAgents(t, upWith(t, kvPrefix, "lanman2017-kv", "--overlay", "detour-plain"))
+	overlay := "detour-plain" // DETOUR_KV_OVERLAY=detour runs it sealed
+	if v := os.Getenv("DETOUR_KV_OVERLAY"); v != "" {
+		overlay = v
+	}
+	o := withAgents(t, upWith(t, kvPrefix, "lanman2017-kv", "--overlay", overlay))
 	out, errOut, err := o.run("status", "--json")
 	if err != nil {
 		t.Fatalf("status: %v %s", err, errOut)
