@@ -288,6 +288,9 @@ func (a *Agent) kvApply(st *kvState, pools []wire.KVPool, nets []config.Network,
 		}
 		want := st.wanted(n.ID, cur)
 		if len(want) == 0 {
+			if cur != nil { // its pools moved to another network
+				port.KV.Store(nil)
+			}
 			continue
 		}
 		t, err := a.kvBuild(cur, self, n, want)
