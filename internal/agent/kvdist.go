@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -145,13 +146,10 @@ func kvSpec(p wire.KVPool) router.PoolSpec {
 }
 
 // kvStart gives the core the pools this site starts with: those of the
-// state file, and the configuration file's as seeds (runstate/kv.go: a
-// file pool unchanged since it was last applied leaves the stored pool in
-// force; an edited or new one becomes a new version of this site). A file
+// state file, and the configuration file's as seeds (kvSeeds). A file
 // pool too large for one control datagram stops the agent. It runs
 // before the control loop.
 func (a *Agent) kvStart() error {
-	self := wire.SiteIDFromName(a.cfg.Site)
 	held := map[string]wire.KVPool{}
 	for _, r := range a.state.KVPools {
 		p, err := kvFromState(r)
@@ -161,31 +159,11 @@ func (a *Agent) kvStart() error {
 		}
 		held[p.Name] = p
 	}
-	fp := map[string]string{}
-	for _, pc := range a.file.KVPools {
-		var id uint32
-		for _, n := range a.file.Networks {
-			if n.Name == pc.Network {
-				id = n.ID
-			}
-		}
-		p := kvFromConfig(pc, id)
-		f := kvFingerprint(pc, id)
-		fp[pc.Name] = f
-		old, ok := held[pc.Name]
-		switch {
-		case ok && a.state.KVFile[pc.Name] == f:
-			continue // the file is as last applied: the stored pool stands
-		case ok:
-			p.Version, p.Origin = old.Version+1, self
-			a.log.Info("kv pool: the configuration file's definition changed; it becomes a new version", "pool", p.Name, "version", p.Version)
-		default:
-			p.Version, p.Origin = 1, self
-		}
-		if _, err := wire.AppendKVPool(nil, self, &p); err != nil {
-			return fmt.Errorf("kv_pools: pool %s: %d servers take %d bytes on the control plane, more than %d (%v): split it into smaller pools",
-				pc.Name, len(p.Servers), wire.KVPoolLen(&p), wire.MaxKVPoolLen, err)
-		}
+	seeds, fp, err := a.kvSeeds(a.file, held, a.state.KVFile)
+	if err != nil {
+		return err
+	}
+	for _, p := range seeds {
 		held[p.Name] = p
 	}
 	pools := slices.SortedFunc(maps.Values(held), func(x, y wire.KVPool) int { return cmp.Compare(x.Name, y.Name) })
@@ -198,8 +176,79 @@ func (a *Agent) kvStart() error {
 	}); err != nil {
 		return err
 	}
-	a.kvBox.put(pools, a.netList(), map[wire.SiteID]string{self: a.cfg.Site})
+	a.kvBox.put(pools, a.netList(), map[wire.SiteID]string{wire.SiteIDFromName(a.cfg.Site): a.cfg.Site})
 	return nil
+}
+
+// kvSeeds returns the pools of configuration file that are new or edited
+// since they were last applied (applied: fingerprints by name), each as
+// the next version of this site above the one held, and the
+// fingerprints of all the file's pools (runstate/kv.go: a file pool
+// unchanged since it was last applied leaves the pool held in force). A
+// pool too large for one control datagram is an error naming it.
+func (a *Agent) kvSeeds(file *config.Agent, held map[string]wire.KVPool, applied map[string]string) ([]wire.KVPool, map[string]string, error) {
+	self := wire.SiteIDFromName(a.cfg.Site)
+	fp := map[string]string{}
+	var out []wire.KVPool
+	for _, pc := range file.KVPools {
+		var id uint32
+		for _, n := range file.Networks {
+			if n.Name == pc.Network {
+				id = n.ID
+			}
+		}
+		p := kvFromConfig(pc, id)
+		f := kvFingerprint(pc, id)
+		fp[pc.Name] = f
+		old, ok := held[pc.Name]
+		switch {
+		case ok && applied[pc.Name] == f:
+			continue // the file is as last applied: the pool held stands
+		case ok:
+			p.Version, p.Origin = old.Version+1, self
+			a.log.Info("kv pool: the configuration file's definition changed; it becomes a new version", "pool", p.Name, "version", p.Version)
+		default:
+			p.Version, p.Origin = 1, self
+		}
+		if _, err := wire.AppendKVPool(nil, self, &p); err != nil {
+			return nil, nil, fmt.Errorf("kv_pools: pool %s: %d servers take %d bytes on the control plane, more than %d (%v): split it into smaller pools",
+				pc.Name, len(p.Servers), wire.KVPoolLen(&p), wire.MaxKVPoolLen, err)
+		}
+		out = append(out, p)
+	}
+	return out, fp, nil
+}
+
+// kvReloadCheck returns the pools a reloaded file changes, or why the
+// file's pools cannot be distributed. It runs on the control loop,
+// before the reload changes anything.
+func (a *Agent) kvReloadCheck(file *config.Agent) ([]wire.KVPool, map[string]string, error) {
+	held := map[string]wire.KVPool{}
+	for _, p := range a.core.KVPools() {
+		held[p.Name] = p
+	}
+	return a.kvSeeds(file, held, a.state.KVFile)
+}
+
+// kvReload distributes the pools a reloaded file changed, as changes of
+// this site, and stores them with the file's fingerprints. It runs on
+// the control loop.
+func (a *Agent) kvReload(seeds []wire.KVPool, fp map[string]string) ([]string, error) {
+	var done []string
+	var errs []error
+	for _, p := range seeds {
+		got, err := a.core.SetKVPool(a.clock.Now(), p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		done = append(done, fmt.Sprintf("kv pool %s: version %d", got.Name, got.Version))
+	}
+	err := a.record(func(d *runstate.Doc) {
+		d.SetKVPools(kvStates(a.core.KVPools()))
+		d.KVFile = fp
+	})
+	return done, errors.Join(append(errs, err)...)
 }
 
 func kvStates(pools []wire.KVPool) []runstate.KVPool {

@@ -40,6 +40,10 @@ func (a *Agent) reload(file *config.Agent) (api.Reload, error) {
 	if err := reload.Diff(a.file, file).Err(); err != nil {
 		return res, fmt.Errorf("%w: %v; the running configuration stays", api.ErrBadRequest, err)
 	}
+	seeds, fp, err := a.kvReloadCheck(file)
+	if err != nil {
+		return res, fmt.Errorf("%w: %v; the running configuration stays", api.ErrBadRequest, err)
+	}
 	doc := a.state.Clone()
 	res.Notes = doc.Rebase(a.file, file)
 	eff, kept, notes := runstate.Merge(file, doc)
@@ -69,6 +73,11 @@ func (a *Agent) reload(file *config.Agent) (api.Reload, error) {
 		}
 	}
 	a.kvNetworksChanged()
+	kvDone, err := a.kvReload(seeds, fp)
+	res.Applied = append(res.Applied, kvDone...)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	for _, n := range res.Notes {
 		a.log.Warn("reload: " + n)
 	}
