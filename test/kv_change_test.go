@@ -210,12 +210,12 @@ func TestKVRingChange(t *testing.T) {
 	t.Logf("add-server at LAN answered after %v (version 2 with the server joining, then NEU confirmed it: version 3)", answered.Round(time.Millisecond))
 	at := func(d time.Duration) string {
 		if d == 0 {
-			return "never (passed between two polls)"
+			return "- (passed between two polls)"
 		}
 		return d.Round(100 * time.Microsecond).String()
 	}
 	for i, s := range o.st.Sites {
-		t.Logf("%s: version 2 seen after %s, version 3 after %s (from the command's start)", s.Name, at(seen[i][2]), at(seen[i][3]))
+		t.Logf("%s: version 2 at %s, version 3 at %s (from the command's start)", s.Name, at(seen[i][2]), at(seen[i][3]))
 		switch {
 		case seen[i][3] == 0:
 			t.Errorf("%s never showed version 3", s.Name)
