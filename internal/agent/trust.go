@@ -7,7 +7,6 @@ import (
 
 	"github.com/detour-overlay/detour/internal/ca"
 	"github.com/detour-overlay/detour/internal/config"
-	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/site"
 )
 
@@ -50,22 +49,4 @@ func (a *Agent) Revoke(rev []byte) error {
 	// Revocations are not in the run-time state yet: a restarted agent
 	// learns them again from the members that flood them to it.
 	return a.override(func(now time.Time) error { return a.core.Revoke(now, rev) }, nil)
-}
-
-// Rotate gives the site a new private key and its certificate (the
-// contents of the files, as `detour genkey` and `detour ca sign` write
-// them): the certificate goes to every member and new sessions are made
-// with the new key while the old ones carry the traffic (site.Core.Rotate).
-// A reload that sees private_key_file and trust.certificate_file changed
-// can call it.
-func (a *Agent) Rotate(privText, certText string) error {
-	priv, err := keys.ParsePrivate(privText)
-	if err != nil {
-		return err
-	}
-	cert, err := ca.Decode(certText)
-	if err != nil {
-		return err
-	}
-	return a.override(func(now time.Time) error { return a.core.Rotate(now, priv, cert) }, nil)
 }

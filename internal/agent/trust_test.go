@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,9 +83,7 @@ func TestAgentsJoinAndRevokeByCertificate(t *testing.T) {
 		}
 	}()
 	time.Sleep(50 * time.Millisecond)
-	if err := sites[2].a.Rotate(newKey.String(), ca.Encode(cert)); err != nil {
-		t.Fatal(err)
-	}
+	rotateByReload(t, sites[2].a, newKey, ca.Encode(cert))
 	<-done
 	for i := range frames {
 		receive(t, sites[3], ethernet(0xd, 0xc, fmt.Sprintf("gamma to delta %03d", i)))
@@ -95,7 +94,7 @@ func TestAgentsJoinAndRevokeByCertificate(t *testing.T) {
 			t.Errorf("%s does not hold gamma's new key", s.name)
 		}
 	}
-	t.Logf("gamma rotated its key under %d frames to delta, all delivered in order", frames)
+	t.Logf("gamma rotated its key by reload under %d frames to delta, all delivered in order", frames)
 
 	rev, _ := ca.SignRevocation(caKey, &ca.Revocation{Name: "delta", At: time.Now()})
 	at := time.Now()
@@ -115,4 +114,33 @@ func TestAgentsJoinAndRevokeByCertificate(t *testing.T) {
 		}
 	}
 	t.Logf("revocation applied at all three within %v", time.Since(at).Round(time.Millisecond))
+}
+
+// rotateByReload rotates a's key as an operator does: the new key and its
+// certificate are written into the files of a's configuration, and the
+// agent reloads it. A certificate for another key is refused first, with
+// the running key kept.
+func rotateByReload(t *testing.T, a *Agent, key keys.PrivateKey, cert string) {
+	t.Helper()
+	cfg := *a.file
+	cfg.PrivateKey = key.String()
+	b, err := cfg.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), cfg.Site+".yaml")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.cfgPath = file
+	if _, err := a.Reload(); err == nil || !strings.Contains(err.Error(), "another key than this site's private key") {
+		t.Errorf("reload with the old certificate and a new key: %v, want the certificate refused", err)
+	}
+	if err := os.WriteFile(cfg.Trust.CertificateFile, []byte(cert), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.Reload()
+	if err != nil || len(res.Applied) != 1 || !strings.HasPrefix(res.Applied[0], "rotate the site's key") {
+		t.Fatalf("reload with the new key and its certificate: %+v, %v", res, err)
+	}
 }

@@ -27,9 +27,10 @@ const (
 	SetLimits                  // New's max_rate, min_rate and flood_rate
 	SetEgress                  // the site's egress rate
 	SetUnderlayMTU             // the fallback underlay MTU
+	RotateKey                  // a new private key with its certificate (trust.certificate_file)
 )
 
-var kindNames = [...]string{"remove network", "replace network", "add network", "set limits", "set egress_rate", "set underlay_mtu"}
+var kindNames = [...]string{"remove network", "replace network", "add network", "set limits", "set egress_rate", "set underlay_mtu", "rotate key"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -39,6 +40,9 @@ type Action struct {
 	Old, New config.Network // the network's old and new settings
 	Rate     config.Rate    // SetEgress
 	MTU      int            // SetUnderlayMTU
+	// Certificate is the file holding the new key's certificate
+	// (RotateKey).
+	Certificate string
 }
 
 // String describes the action for the log and the operator.
@@ -56,6 +60,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("set egress_rate %v", a.Rate)
 	case SetUnderlayMTU:
 		return fmt.Sprintf("set underlay_mtu %d", a.MTU)
+	case RotateKey:
+		return fmt.Sprintf("rotate the site's key (certificate %s)", a.Certificate)
 	}
 	return "?"
 }
@@ -76,7 +82,7 @@ func (p Plan) Err() error {
 	}
 	var why []string
 	for _, f := range p.Restart {
-		if r, ok := restartWhy[f]; ok {
+		if r, ok := restartWhy[strings.Fields(f)[0]]; ok {
 			why = append(why, f+": "+r)
 		}
 	}
@@ -93,10 +99,16 @@ func (p Plan) Err() error {
 var restartWhy = map[string]string{
 	"peers": "the accepted public keys and the bootstrap addresses are read at start; " +
 		"sites joining without restarts come with the overlay's certificates",
-	"probe_interval": "failure detection is set up at start",
-	"max_probe_rate": "failure detection is set up at start",
-	"kv_pools":       "key-value pools cannot change at run time yet",
+	"probe_interval":   "failure detection is set up at start",
+	"max_probe_rate":   "failure detection is set up at start",
+	"kv_pools":         "key-value pools cannot change at run time yet",
+	"private_key_file": rotateWhy,
+	"private_key":      rotateWhy,
 }
+
+// rotateWhy says when a reload can change the site's key.
+const rotateWhy = "the members hold this site's key in their peer lists; " +
+	"with an overlay CA (trust) a reload rotates the key, given a certificate for the new one"
 
 func plural(n int) string {
 	if n == 1 {
@@ -121,6 +133,9 @@ func Diff(old, new *config.Agent) Plan {
 	if old.UnderlayMTU != new.UnderlayMTU {
 		p.Actions = append(p.Actions, Action{Kind: SetUnderlayMTU, MTU: new.UnderlayMTU})
 	}
+	if rotates(old, new) {
+		p.Actions = append(p.Actions, Action{Kind: RotateKey, Certificate: new.Trust.CertificateFile})
+	}
 	sort.SliceStable(p.Actions, func(i, j int) bool { return p.Actions[i].Kind < p.Actions[j].Kind })
 	return p
 }
@@ -138,6 +153,9 @@ func restartFields(old, new *config.Agent) []string {
 		if name == "" || live[name] {
 			continue
 		}
+		if name == "private_key" && rotates(old, new) {
+			continue
+		}
 		if name == "private_key" && old.PrivateKeyFile != "" {
 			name = "private_key_file (its contents)"
 		}
@@ -146,6 +164,16 @@ func restartFields(old, new *config.Agent) []string {
 		}
 	}
 	return out
+}
+
+// rotates reports whether a reload from old to new is a key rotation: the
+// private key changed while the site is admitted by certificate under the
+// same CA, with the same trust section, so the members accept the new key
+// on the new certificate. Without a CA the other sites hold the old key in
+// their peer lists, and a new key needs their configurations changed too.
+func rotates(old, new *config.Agent) bool {
+	return old.PrivateKey != new.PrivateKey && old.PrivateKey != "" && new.PrivateKey != "" &&
+		old.Trust.Enabled() && old.Trust == new.Trust
 }
 
 // networkActions compares the networks by name.
