@@ -152,6 +152,8 @@ func tbUp(args []string, stdout, stderr io.Writer) error {
 	hostMTU := fs.Int("host-mtu", 0, "the hosts' MTU (default: the underlay MTU less the overlay's overhead)")
 	fg := fs.Bool("foreground", false, "stay in the foreground; Ctrl-C or SIGTERM tears the testbed down")
 	prefix := fs.String("prefix", envOr("DETOUR_TESTBED_PREFIX", testbed.DefaultPrefix), "prefix of namespace names")
+	caTrust := fs.Bool("ca", false, "with --overlay detour: admit sites by certificates of an overlay CA the testbed makes (keys, certificates and the CA key in STATE/detour) instead of explicit key lists")
+	hold := fs.String("hold", "", "comma-separated sites whose agents are configured but not started, and not named in the others' configurations; start one later with restart-agent SITE, as a site joining")
 	detour := detourFlag(fs)
 	pos, _, err := parseArgs(fs, args)
 	if err != nil {
@@ -170,6 +172,7 @@ func tbUp(args []string, stdout, stderr io.Writer) error {
 	st, err := testbed.Up(ctx, testbed.Options{
 		Scenario: pos[0], Overlay: *overlay, Underlay: *underlay, UnderlayMTU: *mtu, HostMTU: *hostMTU, StateDir: *state,
 		Prefix: *prefix, Self: self, Detour: *detour, Log: stderr, UnderlayIPv6: *ipv6,
+		CA: *caTrust, Hold: splitList(*hold),
 	})
 	if err != nil {
 		return err
@@ -463,7 +466,8 @@ func tbMigrate(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// tbRestartAgent stops and restarts one site's detour agent.
+// tbRestartAgent stops and restarts one site's detour agent, or starts
+// one held back by up --hold.
 func tbRestartAgent(args []string, stdout, stderr io.Writer) error {
 	fs, state := newFlags("restart-agent", stderr)
 	kill := fs.Bool("kill", false, "stop with SIGKILL (no leave) instead of SIGTERM")
