@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"context"
 	"crypto/ed25519"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/detour-overlay/detour/internal/ca"
 	"github.com/detour-overlay/detour/internal/config"
+	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
@@ -142,5 +146,48 @@ func rotateByReload(t *testing.T, a *Agent, key keys.PrivateKey, cert string) {
 	res, err := a.Reload()
 	if err != nil || len(res.Applied) != 1 || !strings.HasPrefix(res.Applied[0], "rotate the site's key") {
 		t.Fatalf("reload with the new key and its certificate: %+v, %v", res, err)
+	}
+}
+
+// TestRevocationsSurviveRestart: a revocation given to the agent is in
+// its state file before the API answers, and an agent started again on
+// that file applies it before meeting anyone.
+func TestRevocationsSurviveRestart(t *testing.T) {
+	_, caKey, _ := ed25519.GenerateKey(nil)
+	nw := transport.NewFakeNetwork()
+	s := startCAAgent(t, nw, caKey, "alpha", 0)
+	cfg := *s.a.cfg
+	dir := t.TempDir()
+	cfg.APISocket = filepath.Join(dir, "api.sock")
+	state := filepath.Join(dir, "alpha.state.json")
+	start := func() *Agent {
+		a, err := New(&cfg, Options{Conn: nw.Listen(netip.MustParseAddrPort("198.18.0.9:4800")),
+			Devices:   map[uint32]device.Device{config.DefaultNetworkID: device.NewFake("detour0", 1400, 64)},
+			Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+			StatePath: state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a := start()
+	rev, _ := ca.SignRevocation(caKey, &ca.Revocation{Name: "mallory", At: time.Now()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	err := a.Revoke(rev)
+	b, _ := os.ReadFile(state)
+	cancel()
+	if rerr := <-done; err != nil || rerr != nil {
+		t.Fatalf("revoke: %v; run: %v", err, rerr)
+	}
+	if !strings.Contains(string(b), strings.TrimSpace(ca.Encode(rev))) {
+		t.Fatalf("state file after the revocation:\n%s", b)
+	}
+
+	again := start()
+	defer again.closeAll()
+	if revs, n := again.core.Revocations(0); n != 1 || string(revs[0]) != string(rev) {
+		t.Errorf("restarted agent applied %d revocations, want mallory's", n)
 	}
 }

@@ -23,6 +23,7 @@
 //	  "egress_rate": "100mbit",
 //	  "pins": { "inagi": ["kobe", "inagi"] },
 //	  "forbidden": [ "kobe" ],
+//	  "revocations": [ "1w...(a revocation, base64 as detour ca revoke writes it)" ],
 //	  "kv_pools": null
 //	}
 package runstate
@@ -35,7 +36,9 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
+	"github.com/detour-overlay/detour/internal/ca"
 	"github.com/detour-overlay/detour/internal/config"
 )
 
@@ -64,6 +67,11 @@ type Doc struct {
 	Pins map[string][]string `json:"pins,omitempty"`
 	// Forbidden are the sites forbidden as relays.
 	Forbidden []string `json:"forbidden,omitempty"`
+	// Revocations are the overlay CA's revocations this site applied,
+	// given by the operator or flooded by a member, in package ca's
+	// encoding (base64), so that a restarted site refuses the revoked
+	// sites from its start.
+	Revocations []string `json:"revocations,omitempty"`
 	// KVPools is reserved for key-value pools changed at run time, which
 	// the API cannot change yet; it must be absent or null.
 	KVPools json.RawMessage `json:"kv_pools,omitempty"`
@@ -159,6 +167,7 @@ func (d *Doc) Clone() *Doc {
 	c.Attached = slices.Clone(d.Attached)
 	c.Detached = slices.Clone(d.Detached)
 	c.Forbidden = slices.Clone(d.Forbidden)
+	c.Revocations = slices.Clone(d.Revocations)
 	c.Limits = maps.Clone(d.Limits)
 	c.Pins = make(map[string][]string, len(d.Pins))
 	for k, v := range d.Pins {
@@ -219,6 +228,13 @@ func (d *Doc) Validate() error {
 	for _, s := range d.Forbidden {
 		if s == "" {
 			bad("an empty site is forbidden")
+		}
+	}
+	for i, r := range d.Revocations {
+		if b, err := ca.Decode(r); err != nil {
+			bad("revocations[%d]: %v", i, err)
+		} else if _, err := ca.ParseRevocation(b); err != nil {
+			bad("revocations[%d]: %v", i, err)
 		}
 	}
 	if len(d.KVPools) > 0 && string(d.KVPools) != "null" {
@@ -283,6 +299,14 @@ func (d *Doc) Unpin(dest string) { delete(d.Pins, dest) }
 func (d *Doc) Forbid(site string) {
 	if !slices.Contains(d.Forbidden, site) {
 		d.Forbidden = append(d.Forbidden, site)
+	}
+}
+
+// Revoked records a revocation (package ca's encoding) applied at run
+// time, once.
+func (d *Doc) Revoked(rev []byte) {
+	if s := strings.TrimSpace(ca.Encode(rev)); !slices.Contains(d.Revocations, s) {
+		d.Revocations = append(d.Revocations, s)
 	}
 }
 
