@@ -3,11 +3,13 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"sort"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/site"
+	"github.com/detour-overlay/detour/internal/wire"
 
 	"github.com/detour-overlay/detour/internal/api"
 	"github.com/detour-overlay/detour/internal/config"
@@ -128,8 +130,44 @@ func (a *Agent) apply(act reload.Action) error {
 		a.updateMSS()
 	case reload.RotateKey:
 		return a.rotateFromFiles()
+	case reload.AddPeer, reload.RemovePeer:
+		return a.changePeer(act)
 	}
 	return nil
+}
+
+// changePeer admits or removes a peer of the configuration, on the
+// control loop: a site added to the file joins without a restart, and one
+// removed from it is refused from now on (when listed with its key).
+func (a *Agent) changePeer(act reload.Action) error {
+	cp := act.NewPeer
+	if act.Kind == reload.RemovePeer {
+		cp = act.OldPeer
+	}
+	p := site.Peer{ID: wire.SiteIDFromName(cp.Name)}
+	if cp.Address != "" {
+		addr, err := netip.ParseAddrPort(cp.Address)
+		if err != nil {
+			return fmt.Errorf("peer %s: %w", cp.Name, err)
+		}
+		p.Addr = addr
+	}
+	if cp.PublicKey != "" && a.sec != nil {
+		key, err := keys.ParsePublic(cp.PublicKey)
+		if err != nil {
+			return fmt.Errorf("peer %s: %w", cp.Name, err)
+		}
+		p.Key = key
+	}
+	now := a.clock.Now()
+	var err error
+	if act.Kind == reload.AddPeer {
+		err = a.core.AddPeer(now, p)
+	} else {
+		err = a.core.RemovePeer(now, p)
+	}
+	a.flush()
+	return err
 }
 
 // rotateFromFiles gives the site the private key of the configuration in

@@ -1,7 +1,8 @@
 // Package reload compares two configurations of a site's agent and says
 // what a reload must do: the actions that apply the new one to a running
 // agent (networks added, removed or replaced, rate limits, the egress
-// rate, the underlay MTU), and the fields that only a restart can change.
+// rate, the underlay MTU, the peers, the site's key under an overlay CA),
+// and the fields that only a restart can change.
 // It is pure: the agent carries out the plan.
 package reload
 
@@ -28,9 +29,11 @@ const (
 	SetEgress                  // the site's egress rate
 	SetUnderlayMTU             // the fallback underlay MTU
 	RotateKey                  // a new private key with its certificate (trust.certificate_file)
+	RemovePeer                 // OldPeer leaves the accepted set and the bootstrap addresses
+	AddPeer                    // NewPeer joins them and is greeted at once
 )
 
-var kindNames = [...]string{"remove network", "replace network", "add network", "set limits", "set egress_rate", "set underlay_mtu", "rotate key"}
+var kindNames = [...]string{"remove network", "replace network", "add network", "set limits", "set egress_rate", "set underlay_mtu", "rotate key", "remove peer", "add peer"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -43,6 +46,20 @@ type Action struct {
 	// Certificate is the file holding the new key's certificate
 	// (RotateKey).
 	Certificate string
+	// OldPeer and NewPeer are the peer removed or added.
+	OldPeer, NewPeer config.Peer
+}
+
+// describePeer names a peer with what the plan does with it.
+func describePeer(p config.Peer) string {
+	s := p.Name
+	if p.Address != "" {
+		s += " at " + p.Address
+	}
+	if p.PublicKey != "" {
+		s += " (key " + p.PublicKey[:min(8, len(p.PublicKey))] + "...)"
+	}
+	return s
 }
 
 // String describes the action for the log and the operator.
@@ -62,6 +79,10 @@ func (a Action) String() string {
 		return fmt.Sprintf("set underlay_mtu %d", a.MTU)
 	case RotateKey:
 		return fmt.Sprintf("rotate the site's key (certificate %s)", a.Certificate)
+	case RemovePeer:
+		return "remove peer " + describePeer(a.OldPeer)
+	case AddPeer:
+		return "add peer " + describePeer(a.NewPeer)
 	}
 	return "?"
 }
@@ -97,8 +118,6 @@ func (p Plan) Err() error {
 // restartWhy explains the fields an operator most expects a reload to
 // apply.
 var restartWhy = map[string]string{
-	"peers": "the accepted public keys and the bootstrap addresses are read at start; " +
-		"sites joining without restarts come with the overlay's certificates",
 	"probe_interval":   "failure detection is set up at start",
 	"max_probe_rate":   "failure detection is set up at start",
 	"kv_pools":         "key-value pools cannot change at run time yet",
@@ -119,7 +138,7 @@ func plural(n int) string {
 
 // live are the fields a reload applies: compared action by action, not as
 // a whole.
-var live = map[string]bool{"networks": true, "egress_rate": true, "underlay_mtu": true}
+var live = map[string]bool{"networks": true, "egress_rate": true, "underlay_mtu": true, "peers": true}
 
 // Diff returns the plan that takes a running agent from old to new. Both
 // must be valid configurations with defaults applied.
@@ -136,6 +155,7 @@ func Diff(old, new *config.Agent) Plan {
 	if rotates(old, new) {
 		p.Actions = append(p.Actions, Action{Kind: RotateKey, Certificate: new.Trust.CertificateFile})
 	}
+	p.Actions = append(p.Actions, peerActions(old.Peers, new.Peers)...)
 	sort.SliceStable(p.Actions, func(i, j int) bool { return p.Actions[i].Kind < p.Actions[j].Kind })
 	return p
 }
@@ -174,6 +194,33 @@ func restartFields(old, new *config.Agent) []string {
 func rotates(old, new *config.Agent) bool {
 	return old.PrivateKey != new.PrivateKey && old.PrivateKey != "" && new.PrivateKey != "" &&
 		old.Trust.Enabled() && old.Trust == new.Trust
+}
+
+// peerActions compares the peers by name: a peer whose address or key
+// changed is removed and added again.
+func peerActions(old, new []config.Peer) []Action {
+	var out []Action
+	byName := map[string]config.Peer{}
+	for _, p := range old {
+		byName[p.Name] = p
+	}
+	seen := map[string]bool{}
+	for _, p := range new {
+		seen[p.Name] = true
+		o, ok := byName[p.Name]
+		switch {
+		case !ok:
+			out = append(out, Action{Kind: AddPeer, NewPeer: p})
+		case o != p:
+			out = append(out, Action{Kind: RemovePeer, OldPeer: o}, Action{Kind: AddPeer, NewPeer: p})
+		}
+	}
+	for _, o := range old {
+		if !seen[o.Name] {
+			out = append(out, Action{Kind: RemovePeer, OldPeer: o})
+		}
+	}
+	return out
 }
 
 // networkActions compares the networks by name.

@@ -70,8 +70,23 @@ func TestDiffNeedsRestart(t *testing.T) {
 		"address: 127.0.0.2:4800", "address: 127.0.0.3:4800", "egress_rate: 100mbit", "egress_rate: 100mbit\nprobe_interval: 200ms").Replace(base)
 	p := Diff(parse(t, base), parse(t, newer))
 	err := p.Err()
-	if err == nil || !strings.Contains(err.Error(), "listen, peers, probe_interval changed") || !strings.Contains(err.Error(), "restart") {
+	if err == nil || !strings.Contains(err.Error(), "listen, probe_interval changed") || !strings.Contains(err.Error(), "restart") {
 		t.Errorf("restart fields %v, error %v", p.Restart, err)
+	}
+}
+
+func TestDiffPeers(t *testing.T) {
+	newer := strings.Replace(base, "  - {name: inagi, address: 127.0.0.2:4800}\n",
+		"  - {name: inagi, address: 127.0.0.3:4800}\n  - {name: seoul, address: 127.0.0.4:4800}\n", 1)
+	p := Diff(parse(t, base), parse(t, newer))
+	want := "remove peer inagi at 127.0.0.2:4800; add peer inagi at 127.0.0.3:4800; add peer seoul at 127.0.0.4:4800"
+	if got := describe(p); got != want || p.Err() != nil {
+		t.Errorf("plan %q, error %v; want %q", got, p.Err(), want)
+	}
+	p = Diff(parse(t, newer), parse(t, base))
+	want = "remove peer inagi at 127.0.0.3:4800; remove peer seoul at 127.0.0.4:4800; add peer inagi at 127.0.0.2:4800"
+	if got := describe(p); got != want {
+		t.Errorf("plan back %q, want %q", got, want)
 	}
 }
 
