@@ -64,8 +64,11 @@ type Agent struct {
 	store      *runstate.Store
 	pendPins   map[string][]string
 	pendForbid []string
-	cfgPath    string
-	loopsSeen  map[uint32]uint64 // loops logged, by network
+	// revSeen is how many revocations the core had applied when the
+	// run-time state was last brought up to date with them.
+	revSeen   int
+	cfgPath   string
+	loopsSeen map[uint32]uint64 // loops logged, by network
 
 	// core is the site's protocol state, owned by the control loop (and
 	// before Run and after the loop by Run's goroutine).
@@ -172,6 +175,7 @@ func New(cfg *config.Agent, opt Options) (*Agent, error) {
 	a.registry = a.newRegistry()
 	a.registry.MustRegister(kvCollector{a})
 	a.applyPending(a.clock.Now())
+	a.restoreRevocations()
 	return a, nil
 }
 
@@ -357,6 +361,7 @@ func (a *Agent) controlLoop(ctx context.Context) {
 			a.core.Receive(p.at, p.from, p.data)
 			a.drainControl()
 			a.applyPending(a.clock.Now())
+			a.storeRevocations()
 		case f := <-a.reqs:
 			f()
 		case <-timer.C:

@@ -1,17 +1,23 @@
 package agent
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/detour-overlay/detour/internal/api"
 	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/device"
+	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/transport"
+	"github.com/detour-overlay/detour/internal/wire"
 )
 
 // TestReload: a new network and a new limit in the file are applied; a
@@ -135,4 +141,93 @@ func TestReloadKVPools(t *testing.T) {
 	if a.state.KVFile["cache"] == "" || len(a.state.KVPools) != 1 || len(a.state.KVPools[0].Servers) != 2 {
 		t.Errorf("state after the reloads: %+v %+v", a.state.KVFile, a.state.KVPools)
 	}
+}
+
+// TestReloadPeers: with explicit key lists, a site added to each member's
+// file and reloaded there joins with nothing restarted and carries
+// frames; removed from one member's file, its key is no longer accepted
+// there and its frames are not delivered, while the other member keeps
+// it.
+func TestReloadPeers(t *testing.T) {
+	nw := transport.NewFakeNetwork()
+	sites := startAgents(t, nw, true, "alpha", "beta")
+	waitMembers(t, sites)
+	gkey, _ := keys.Generate(nil)
+	gamma := config.Peer{Name: "gamma", Address: "198.18.0.3:4800", PublicKey: gkey.Public().String()}
+	for _, s := range sites {
+		res := reloadWith(t, s.a, func(c *config.Agent) { c.Peers = append(c.Peers, gamma) })
+		if len(res.Applied) != 1 || !strings.HasPrefix(res.Applied[0], "add peer gamma at 198.18.0.3:4800") {
+			t.Fatalf("%s: reload applied %v", s.name, res.Applied)
+		}
+	}
+	cfg := &config.Agent{Site: "gamma", Listen: gamma.Address, API: "127.0.0.1:0", APISocket: filepath.Join(t.TempDir(), "api.sock"),
+		PrivateKey: gkey.String()}
+	for _, s := range sites {
+		cfg.Peers = append(cfg.Peers, config.Peer{Name: s.name, Address: s.a.cfg.Listen, PublicKey: publicOf(t, s.a)})
+	}
+	cfg.ApplyDefaults()
+	sites = append(sites, runTestAgent(t, "gamma", cfg, nw.Listen(netip.MustParseAddrPort(gamma.Address))))
+	waitMembers(t, sites)
+	frame := ethernet(0xa, 0xc, "gamma to alpha")
+	sites[2].dev.Inject(frame)
+	receive(t, sites[0], frame)
+
+	reloadWith(t, sites[0].a, func(c *config.Agent) {
+		c.Peers = slices.DeleteFunc(c.Peers, func(p config.Peer) bool { return p.Name == "gamma" })
+	})
+	gid := wire.SiteIDFromName("gamma")
+	if _, ok := sites[0].a.sec.Accepts(gid); ok {
+		t.Error("alpha still accepts gamma's key after gamma left its file")
+	}
+	if _, ok := sites[1].a.sec.Accepts(gid); !ok {
+		t.Error("beta, whose file still lists gamma, no longer accepts it")
+	}
+	toBeta, toAlpha := ethernet(0xb, 0xc, "gamma to beta"), ethernet(0xa, 0xc, "gamma to alpha, refused")
+	sites[2].dev.Inject(ethernet(0xff, 0xb, "beta's hello"))
+	sites[2].dev.Inject(toAlpha)
+	sites[2].dev.Inject(toBeta)
+	receive(t, sites[1], toBeta)
+	deadline := time.After(time.Second)
+	for {
+		select {
+		case got := <-sites[0].dev.Out():
+			if bytes.Equal(got, toAlpha) {
+				t.Fatal("alpha delivered a frame of gamma after gamma left its file")
+			}
+			continue
+		case <-deadline:
+		}
+		break
+	}
+}
+
+// reloadWith writes a's configuration file changed by edit and reloads it.
+func reloadWith(t *testing.T, a *Agent, edit func(*config.Agent)) api.Reload {
+	t.Helper()
+	cfg := *a.file
+	cfg.Peers = slices.Clone(cfg.Peers)
+	edit(&cfg)
+	b, err := cfg.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), cfg.Site+".yaml")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.cfgPath = file
+	res, err := a.Reload()
+	if err != nil {
+		t.Fatalf("%s: reload: %v", cfg.Site, err)
+	}
+	return res
+}
+
+func publicOf(t *testing.T, a *Agent) string {
+	t.Helper()
+	k, err := keys.ParsePrivate(a.cfg.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.Public().String()
 }

@@ -23,6 +23,7 @@
 //	  "egress_rate": "100mbit",
 //	  "pins": { "inagi": ["kobe", "inagi"] },
 //	  "forbidden": [ "kobe" ],
+//	  "revocations": [ "1w...(a revocation, base64 as detour ca revoke writes it)" ],
 //	  "kv_pools": [ {"name": "cache", "network_id": 1, "address": "198.19.255.250:11211",
 //	                 "hash": "ketama", "version": 3, "origin": 2882343476,
 //	                 "servers": [ {"address": "198.19.1.1:11211", "weight": 1, "site": "BOR"} ]} ],
@@ -43,7 +44,9 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
+	"github.com/detour-overlay/detour/internal/ca"
 	"github.com/detour-overlay/detour/internal/config"
 )
 
@@ -72,6 +75,11 @@ type Doc struct {
 	Pins map[string][]string `json:"pins,omitempty"`
 	// Forbidden are the sites forbidden as relays.
 	Forbidden []string `json:"forbidden,omitempty"`
+	// Revocations are the overlay CA's revocations this site applied,
+	// given by the operator or flooded by a member, in package ca's
+	// encoding (base64), so that a restarted site refuses the revoked
+	// sites from its start.
+	Revocations []string `json:"revocations,omitempty"`
 	// KVPools are the key-value pools in force, as distributed (kv.go).
 	KVPools []KVPool `json:"kv_pools,omitempty"`
 	// KVFile are the fingerprints of the configuration file's pools when
@@ -173,6 +181,7 @@ func (d *Doc) Clone() *Doc {
 	c.Attached = slices.Clone(d.Attached)
 	c.Detached = slices.Clone(d.Detached)
 	c.Forbidden = slices.Clone(d.Forbidden)
+	c.Revocations = slices.Clone(d.Revocations)
 	c.Limits = maps.Clone(d.Limits)
 	c.Pins = make(map[string][]string, len(d.Pins))
 	for k, v := range d.Pins {
@@ -242,6 +251,13 @@ func (d *Doc) Validate() error {
 			bad("an empty site is forbidden")
 		}
 	}
+	for i, r := range d.Revocations {
+		if b, err := ca.Decode(r); err != nil {
+			bad("revocations[%d]: %v", i, err)
+		} else if _, err := ca.ParseRevocation(b); err != nil {
+			bad("revocations[%d]: %v", i, err)
+		}
+	}
 	for _, err := range d.validateKV() {
 		bad("%v", err)
 	}
@@ -304,6 +320,14 @@ func (d *Doc) Unpin(dest string) { delete(d.Pins, dest) }
 func (d *Doc) Forbid(site string) {
 	if !slices.Contains(d.Forbidden, site) {
 		d.Forbidden = append(d.Forbidden, site)
+	}
+}
+
+// Revoked records a revocation (package ca's encoding) applied at run
+// time, once.
+func (d *Doc) Revoked(rev []byte) {
+	if s := strings.TrimSpace(ca.Encode(rev)); !slices.Contains(d.Revocations, s) {
+		d.Revocations = append(d.Revocations, s)
 	}
 }
 
