@@ -55,6 +55,10 @@ func (a *Agent) reload(file *config.Agent) (api.Reload, error) {
 			return res, fmt.Errorf("%w: %v; the running configuration stays", api.ErrBadRequest, err)
 		}
 	}
+	seeds, fp, err := a.kvReloadCheck(file)
+	if err != nil {
+		return res, fmt.Errorf("%w: %v; the running configuration stays", api.ErrBadRequest, err)
+	}
 	doc := a.state.Clone()
 	res.Notes = doc.Rebase(a.file, file)
 	eff, kept, notes := runstate.Merge(file, doc)
@@ -82,6 +86,12 @@ func (a *Agent) reload(file *config.Agent) (api.Reload, error) {
 				errs = append(errs, fmt.Errorf("%v: %w", act, err))
 			}
 		}
+	}
+	a.kvNetworksChanged()
+	kvDone, err := a.kvReload(seeds, fp)
+	res.Applied = append(res.Applied, kvDone...)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	for _, n := range res.Notes {
 		a.log.Warn("reload: " + n)

@@ -84,6 +84,65 @@ func TestReload(t *testing.T) {
 	}
 }
 
+// TestReloadKVPools: a pool added to the file by a reload, then edited,
+// becomes a new version of this site each time, held by the core (to be
+// flooded) and stored; an unchanged pool is left alone.
+func TestReloadKVPools(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "site.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const base = "site: lan\nlisten: 198.18.0.1:4800\napi: 127.0.0.1:0\nnetworks:\n  - {name: default, id: 1, tap: detour0, subnet: 10.20.0.0/24}\n"
+	const pool = "kv_pools:\n  - name: cache\n    network: default\n    address: 10.20.0.250\n    servers:\n      - {address: \"10.20.0.11:11211\", site: lan}\n"
+	write(base)
+	cfg, err := config.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(cfg, Options{
+		Conn:       transport.NewFakeNetwork().Listen(netip.MustParseAddrPort("198.18.0.1:4800")),
+		Devices:    map[uint32]device.Device{1: device.NewFake("detour0", 1400, 64)},
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		StatePath:  filepath.Join(dir, "site.state.json"),
+		ConfigPath: file,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.closeAll()
+	version := func() uint64 {
+		for _, p := range a.core.KVPools() {
+			if p.Name == "cache" {
+				return p.Version
+			}
+		}
+		return 0
+	}
+	for i, step := range []struct {
+		file string
+		want uint64
+	}{
+		{base + pool, 1},
+		{base + pool, 1},
+		{base + pool + "      - {address: \"10.20.0.12:11211\", site: man}\n", 2},
+	} {
+		write(step.file)
+		res, err := a.Reload()
+		if err != nil {
+			t.Fatalf("reload %d: %v", i, err)
+		}
+		if v := version(); v != step.want {
+			t.Errorf("reload %d: version %d, want %d (applied %q)", i, v, step.want, res.Applied)
+		}
+	}
+	if a.state.KVFile["cache"] == "" || len(a.state.KVPools) != 1 || len(a.state.KVPools[0].Servers) != 2 {
+		t.Errorf("state after the reloads: %+v %+v", a.state.KVFile, a.state.KVPools)
+	}
+}
+
 // TestReloadPeers: with explicit key lists, a site added to each member's
 // file and reloaded there joins with nothing restarted and carries
 // frames; removed from one member's file, its key is no longer accepted

@@ -15,9 +15,10 @@ import (
 //	*POST   /v1/kv/pools/{name}/servers/{addr}/drain    drain it: no new keys
 //	*DELETE /v1/kv/pools/{name}/servers/{addr}/drain    undrain it
 //
-// Each change answers with the pool as it is afterwards, its version one
-// higher. Changes apply to this gateway only: nothing distributes them to
-// the other gateways yet (their versions show who is behind).
+// Each change answers with the pool as it is afterwards, at a higher
+// version. A change is distributed to every gateway over the overlay's
+// control plane (docs/kv.md); an added server answers once its own site
+// has confirmed it (learned its MAC).
 
 // KVPool is a pool of the key router at this gateway.
 type KVPool struct {
@@ -26,9 +27,11 @@ type KVPool struct {
 	// Address is the virtual address, IPv4:port.
 	Address string `json:"address"`
 	Hash    string `json:"hash"`
-	// Version is 1 as configured and one more for each change made at
-	// run time at this gateway.
+	// Version is the pool's version in force at this gateway: pools are
+	// distributed, so once a change has spread every gateway shows the
+	// same version. Origin is the site that made it.
 	Version  uint64            `json:"version"`
+	Origin   string            `json:"origin,omitempty"`
 	Servers  []KVServer        `json:"servers"`
 	Counters map[string]uint64 `json:"counters"`
 }

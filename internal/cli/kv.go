@@ -23,12 +23,17 @@ const kvUsage = `usage:
   detour kv drain POOL ADDR:PORT [--json]      (its keys go to their failover)
   detour kv undrain POOL ADDR:PORT [--json]    (it gets exactly its keys back)
 list and show read the agent's API (--api ADDR, --token-file F). The others
-change the ring at this gateway only, through the agent's unix socket
-(--socket PATH or $DETOUR_SOCKET), as root or a member of group detour; each
-change raises the pool's version by one. Nothing sends a change to the other
-gateways yet: make it at each gateway (the server's own site first) and
-compare the versions with kv list. Latency is the round trip of the
-gateway's health checks (every 100 ms, this site's servers only).`
+change the ring through the agent's unix socket (--socket PATH or
+$DETOUR_SOCKET), as root or a member of group detour, at any one gateway:
+the change gets the pool's next version and reaches every gateway over the
+overlay's control plane, with no central server, usually within tens of
+milliseconds (kv list at each shows the version and the site that made it).
+add-server answers once the server's own site has learned its MAC and
+confirmed it (until then it is "joining" and takes no keys); two changes
+made at once at two sites converge on one of them everywhere (the higher
+site ID's). Changes are stored in the state file before the answer.
+Latency is the round trip of the gateway's health checks (every 100 ms,
+this site's servers only).`
 
 func runKV(args []string, stdout, stderr io.Writer) int {
 	usage := func(format string, a ...any) int {
@@ -105,7 +110,7 @@ func runKV(args []string, stdout, stderr io.Writer) int {
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return Fail(stderr, "kv", err)
 	}
-	fmt.Fprintf(stdout, "ok: kv %s %s %s: pool %s is at version %d on this gateway (not sent to other gateways)\n", sub, pos[0], pos[1], p.Name, p.Version)
+	fmt.Fprintf(stdout, "ok: kv %s %s %s: pool %s is at version %d, sent to every gateway\n", sub, pos[0], pos[1], p.Name, p.Version)
 	return 0
 }
 
@@ -137,7 +142,11 @@ func printKVPool(w io.Writer, raw []byte) error {
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "pool %s on network %s at %s, hash %s, version %d\n\n", p.Name, p.Network, p.Address, p.Hash, p.Version)
+	origin := ""
+	if p.Origin != "" {
+		origin = " (made at " + p.Origin + ")"
+	}
+	fmt.Fprintf(w, "pool %s on network %s at %s, hash %s, version %d%s\n\n", p.Name, p.Network, p.Address, p.Hash, p.Version, origin)
 	err := table(w, "SERVER\tSITE\tWEIGHT\tSTATE\tSINCE\tREQUESTS\tREPLIES\tERRORS\tFAILOVERS\tCHECK p50 ms\tCHECK p99 ms", func(tw io.Writer) {
 		for _, s := range p.Servers {
 			p50, p99 := "-", "-"

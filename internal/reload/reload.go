@@ -120,7 +120,6 @@ func (p Plan) Err() error {
 var restartWhy = map[string]string{
 	"probe_interval":   "failure detection is set up at start",
 	"max_probe_rate":   "failure detection is set up at start",
-	"kv_pools":         "key-value pools cannot change at run time yet",
 	"private_key_file": rotateWhy,
 	"private_key":      rotateWhy,
 }
@@ -138,7 +137,10 @@ func plural(n int) string {
 
 // live are the fields a reload applies: compared action by action, not as
 // a whole.
-var live = map[string]bool{"networks": true, "egress_rate": true, "underlay_mtu": true, "peers": true}
+var live = map[string]bool{"networks": true, "egress_rate": true, "underlay_mtu": true, "peers": true,
+	// The agent distributes the pools the file changed as new versions
+	// (docs/kv.md), so kv_pools are applied live too.
+	"kv_pools": true}
 
 // Diff returns the plan that takes a running agent from old to new. Both
 // must be valid configurations with defaults applied.

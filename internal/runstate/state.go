@@ -1,7 +1,7 @@
 // Package runstate is the document that keeps what an operator changes at
 // run time through the agent's API (networks attached and detached, rate
-// limits, the egress rate, pins and forbidden relays), so that a restart
-// or a crash loses none of it. It is pure: encoding, decoding, checking,
+// limits, the egress rate, pins and forbidden relays, key-value pools), so
+// that a restart or a crash loses none of it. It is pure: encoding, decoding, checking,
 // the changes, and the merge with the configuration file. The file layer
 // (an atomic, durable write) is in file.go.
 //
@@ -24,8 +24,16 @@
 //	  "pins": { "inagi": ["kobe", "inagi"] },
 //	  "forbidden": [ "kobe" ],
 //	  "revocations": [ "1w...(a revocation, base64 as detour ca revoke writes it)" ],
-//	  "kv_pools": null
+//	  "kv_pools": [ {"name": "cache", "network_id": 1, "address": "198.19.255.250:11211",
+//	                 "hash": "ketama", "version": 3, "origin": 2882343476,
+//	                 "servers": [ {"address": "198.19.1.1:11211", "weight": 1, "site": "BOR"} ]} ],
+//	  "kv_file": { "cache": "5f1c09a2e0b3d4c7" }
 //	}
+//
+// Unlike the rest, kv_pools are not differences from the file but the
+// pools in force, whole, with the version each had on the overlay (see
+// kv.go): pools are distributed between sites, so what a site holds may
+// come from another site's change.
 package runstate
 
 import (
@@ -72,9 +80,11 @@ type Doc struct {
 	// encoding (base64), so that a restarted site refuses the revoked
 	// sites from its start.
 	Revocations []string `json:"revocations,omitempty"`
-	// KVPools is reserved for key-value pools changed at run time, which
-	// the API cannot change yet; it must be absent or null.
-	KVPools json.RawMessage `json:"kv_pools,omitempty"`
+	// KVPools are the key-value pools in force, as distributed (kv.go).
+	KVPools []KVPool `json:"kv_pools,omitempty"`
+	// KVFile are the fingerprints of the configuration file's pools when
+	// they were last applied, by name, to tell an edited file (kv.go).
+	KVFile map[string]string `json:"kv_file,omitempty"`
 }
 
 // Network is a network attached at run time (config.Network with JSON
@@ -158,6 +168,10 @@ func (d *Doc) normal() *Doc {
 	if len(c.Pins) == 0 {
 		c.Pins = nil
 	}
+	sort.Slice(c.KVPools, func(i, j int) bool { return c.KVPools[i].Name < c.KVPools[j].Name })
+	if len(c.KVFile) == 0 {
+		c.KVFile = nil
+	}
 	return c
 }
 
@@ -177,7 +191,14 @@ func (d *Doc) Clone() *Doc {
 		e := *d.Egress
 		c.Egress = &e
 	}
-	c.KVPools = slices.Clone(d.KVPools)
+	c.KVPools = make([]KVPool, len(d.KVPools))
+	for i, p := range d.KVPools {
+		c.KVPools[i] = p.clone()
+	}
+	if len(c.KVPools) == 0 {
+		c.KVPools = nil
+	}
+	c.KVFile = maps.Clone(d.KVFile)
 	return &c
 }
 
@@ -237,8 +258,8 @@ func (d *Doc) Validate() error {
 			bad("revocations[%d]: %v", i, err)
 		}
 	}
-	if len(d.KVPools) > 0 && string(d.KVPools) != "null" {
-		bad("kv_pools cannot be changed at run time yet and must be null")
+	for _, err := range d.validateKV() {
+		bad("%v", err)
 	}
 	return errors.Join(errs...)
 }
