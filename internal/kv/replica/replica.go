@@ -291,19 +291,26 @@ type Decision struct {
 // older than ExploreAge.
 func (c *Chooser) Choose(size int, now int64) Decision {
 	c.Budget.fill(now)
-	d := Decision{Primary: -1, Explore: -1}
-	switch c.Policy {
-	case LocalFirst:
-		d.Primary = c.staticPick(false)
-	case StaticZone:
-		d.Primary = c.staticPick(true)
-	case NearestRTT:
-		d.Primary = c.nearest(func(int) bool { return true })
-	default:
-		d.Primary = c.best(size, -1)
+	d := Decision{Primary: c.Pick(size), Explore: -1}
+	if c.Policy == Predicted {
 		d.Explore = c.explore(size, d.Primary, now)
 	}
 	return d
+}
+
+// Pick returns the replica the policy gives a read of size bytes (-1
+// when none is usable), spending nothing: what Choose's primary would
+// be.
+func (c *Chooser) Pick(size int) int {
+	switch c.Policy {
+	case LocalFirst:
+		return c.staticPick(false)
+	case StaticZone:
+		return c.staticPick(true)
+	case NearestRTT:
+		return c.nearest(func(int) bool { return true })
+	}
+	return c.best(size, -1)
 }
 
 // best returns the usable replica other than skip with the lowest
@@ -364,9 +371,11 @@ func (c *Chooser) explore(size, primary int, now int64) int {
 		}
 		at := r.svc[cl].at
 		if r.svc[cl].n == 0 {
-			at = math.MinInt64
+			at = math.MinInt64 // never sampled: the most stale
+		} else if now-at <= c.Params.ExploreAge {
+			continue
 		}
-		if now-at > c.Params.ExploreAge && at < bAt {
+		if at < bAt || b < 0 {
 			b, bAt = i, at
 		}
 	}

@@ -342,3 +342,15 @@ func TestDynamics(t *testing.T) {
 		t.Errorf("reads came home after %d ms, want within 2 s", home/ms)
 	}
 }
+
+// A replica never sampled in the class is explored first.
+func TestExploreUnknownFirst(t *testing.T) {
+	c := New(Predicted, DefaultParams(), 3, nil)
+	c.Replicas[0].Local = true
+	c.Replicas[1].RTT, c.Replicas[2].RTT = 3*ms, 60*ms
+	observe(c, 1, 1, 100, ms, 1e6, 0)
+	d := c.Choose(100, 1)
+	if d.Primary != 0 || d.Explore != 2 {
+		t.Errorf("decision %+v, want primary 0 (RTT 0, unknown) and exploration of 2 (never sampled)", d)
+	}
+}

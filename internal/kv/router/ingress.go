@@ -49,6 +49,10 @@ func (in *Inbound) Deliver(t *Table, b []byte, now int64) bool {
 		if !t.inSubnet(dst) || !t.marked(dst, u.DstPort(), now) {
 			return true // a host talking to the server directly
 		}
+		if p.rep != nil && !p.reply(s, dst, u.DstPort(), b[f.L4+frame.UDPHeaderLen:f.End], now) {
+			s.replied(now)
+			return false // another replica answered first
+		}
 		if f.RewriteSrc(b, p.vip[:], p.port) {
 			copy(frame.Src(b), p.mac[:])
 			s.replied(now)
