@@ -75,11 +75,11 @@ type repState struct {
 // copyState is one copy of a request: the replica it went to and what
 // came back.
 type copyState struct {
-	rep                   int8 // index among the shard's replicas
-	hedge, explore, done  bool
-	sent, first, last     int64
-	bytes, firstBytes     int32
-	seen, total           uint16
+	rep                  int8 // index among the shard's replicas
+	hedge, explore, done bool
+	sent, first, last    int64
+	bytes, firstBytes    int32
+	seen, total          uint16
 }
 
 // pending is one request awaiting replies.

@@ -113,10 +113,10 @@ type Pool struct {
 	Hedge  bool
 	// rep is the replicated pools' soft state, nil when every shard has
 	// one replica.
-	rep *repState
-	spec    PoolSpec
-	owner   func(key []byte) int // the ring's owner with failover, bound once
-	skip    func(i int) bool
+	rep   *repState
+	spec  PoolSpec
+	owner func(key []byte) int // the ring's owner with failover, bound once
+	skip  func(i int) bool
 	// Stats are the pool's counters, shared by the pool's successors
 	// across changes at run time.
 	Stats *PoolStats
@@ -167,9 +167,9 @@ type Server struct {
 	Shard, Replica int
 	near           bool
 	rtt            atomic.Int64 // path round trip (ns), set by the agent
-	ip       [4]byte
-	ip32     uint32
-	port     uint16
+	ip             [4]byte
+	ip32           uint32
+	port           uint16
 
 	mac      atomic.Uint64 // 0: unknown
 	down     atomic.Bool   // set by the agent's health checks
