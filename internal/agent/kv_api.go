@@ -116,6 +116,11 @@ func (st *kvState) configs() []config.KVPool {
 		for _, p := range n.port.KV.Load().Pools() {
 			ps := p.Spec()
 			pc := config.KVPool{Name: ps.Name, Network: n.name, Address: ps.VIP.String(), Hash: ps.Hash.String()}
+			if len(ps.Shards) > 0 {
+				kvShardsConfig(ps, &pc)
+				out = append(out, pc)
+				continue
+			}
 			for _, s := range ps.Servers {
 				pc.Servers = append(pc.Servers, config.KVServer{Address: s.Addr.String(), Weight: int(s.Weight), Site: s.SiteName})
 			}

@@ -100,6 +100,7 @@ func (s *Server) kvReads(mux *http.ServeMux) {
 		p, err := b.KVPool(r.PathValue("name"))
 		reply(w, p, err)
 	})
+	s.kvWhy(mux)
 }
 
 func (s *Server) kvChanges(mux *http.ServeMux) {
