@@ -432,9 +432,11 @@ func (w *Worker) localReply(t *Table, b []byte, dst, src uint32, sport, port uin
 		if fl == nil || s == nil || !s.Local {
 			continue
 		}
-		if p.rep != nil && f.End-f.L4 > frame.UDPHeaderLen && !p.reply(s, fl.ip, fl.port, b[f.L4+frame.UDPHeaderLen:f.End], now) {
-			s.replied(now)
-			return // another replica answered first
+		if p.rep != nil && f.End-f.L4 > frame.UDPHeaderLen {
+			if fwd, _ := p.reply(s, fl.ip, fl.port, b[f.L4+frame.UDPHeaderLen:f.End], now); !fwd {
+				s.replied(now)
+				return // another replica answered first
+			}
 		}
 		var cip [4]byte
 		binary.BigEndian.PutUint32(cip[:], fl.ip)

@@ -432,11 +432,12 @@ func (w *Worker) routeShard(t *Table, p *Pool, f *frame.Frame, b []byte, inPlace
 // reply records a datagram of server s's reply to client cip:cport of a
 // replicated pool and reports whether to forward it to the client: the
 // first replica to answer a request is forwarded, the others' datagrams
-// are dropped. A datagram no entry awaits is forwarded.
-func (p *Pool) reply(s *Server, cip uint32, cport uint16, payload []byte, now int64) bool {
+// are dropped. matched is false when no entry of the pool awaits the
+// datagram (fwd is then true).
+func (p *Pool) reply(s *Server, cip uint32, cport uint16, payload []byte, now int64) (fwd, matched bool) {
 	rs := p.rep
 	if rs == nil || len(payload) < memcache.FrameHeaderLen || p.Shards[s.Shard].chooser == nil {
-		return true
+		return true, false
 	}
 	id := binary.BigEndian.Uint16(payload[0:])
 	total := binary.BigEndian.Uint16(payload[4:])
@@ -445,7 +446,7 @@ func (p *Pool) reply(s *Server, cip uint32, cport uint16, payload []byte, now in
 	defer rs.mu.Unlock()
 	e := rs.find(cip, cport, id)
 	if e == nil || int(e.shard) != s.Shard {
-		return true
+		return true, false
 	}
 	k := -1
 	for i := range e.copies[:e.n] {
@@ -455,7 +456,7 @@ func (p *Pool) reply(s *Server, cip uint32, cport uint16, payload []byte, now in
 		}
 	}
 	if k < 0 {
-		return true
+		return true, false
 	}
 	c := &e.copies[k]
 	if c.seen == 0 {
@@ -475,7 +476,6 @@ func (p *Pool) reply(s *Server, cip uint32, cport uint16, payload []byte, now in
 			}
 		}
 	}
-	fwd := false
 	switch {
 	case e.winner < 0:
 		e.winner, fwd = int8(k), true
@@ -494,7 +494,7 @@ func (p *Pool) reply(s *Server, cip uint32, cport uint16, payload []byte, now in
 	if done {
 		e.used = false
 	}
-	return fwd
+	return fwd, true
 }
 
 // hedgeSlot is a read held by a Worker in case it must be hedged: the

@@ -449,3 +449,38 @@ func TestReplicatedNoAllocs(t *testing.T) {
 }
 
 var _ = bytes.Equal
+
+// Two pools over the same servers (one per policy, as the locality
+// experiment runs them side by side): a reply goes back from the virtual
+// address the client asked, and only once.
+func TestPoolsShareServers(t *testing.T) {
+	vip2 := netip.MustParseAddrPort("10.20.0.251:11211")
+	pool := func(name string, v netip.AddrPort, pol replica.Policy) PoolSpec {
+		return PoolSpec{Name: name, VIP: v, Policy: pol, Shards: []ShardSpec{{Weight: 1}}, Servers: []ServerSpec{
+			{Addr: repA, Site: siteA}, {Addr: repB, Site: siteB}, {Addr: repC, Site: siteC}}}
+	}
+	tb, err := New(Spec{Self: siteA, Subnet: netip.MustParsePrefix("10.20.0.0/24"), Pools: []PoolSpec{
+		pool("lf", vip, replica.LocalFirst), pool("pr", vip2, replica.Predicted)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, in := NewWorker(), &Inbound{}
+	vmac := VirtualMAC(vip2.Addr())
+	_, outs := w.Egress(tb, udpFrame(vmac[:], clientMAC, client, vip2, datagram(3, []byte("set k 0 0 1\r\nx\r\n"))), 1)
+	n := 0
+	for _, c := range copies(t, outs) {
+		if c.local {
+			continue // A's MAC is unknown: no local copy
+		}
+		b := udpFrame(clientMAC, serverMAC[:], c.server, client, datagram(3, []byte("STORED\r\n")))
+		if in.Deliver(tb, b, 5*ms) {
+			n++
+			if src, _, _ := parsed(t, b); src != vip2 {
+				t.Errorf("reply from %v, want the asked pool's %v", src, vip2)
+			}
+		}
+	}
+	if n != 1 || len(outs) != 2 {
+		t.Errorf("%d of %d replies forwarded, want 1", n, len(outs))
+	}
+}
