@@ -251,7 +251,10 @@ func (c *Chooser) Predict(i, size int) Prediction {
 		p.Service, p.From = int64(r.svc[k].mean), k
 	}
 	if r.outstanding > 0 {
-		f := math.Pow(1+float64(r.outstanding)/c.Params.Concurrency, c.Params.QueueExp) - 1
+		f := float64(r.outstanding) / c.Params.Concurrency
+		if c.Params.QueueExp != 1 {
+			f = math.Pow(1+f, c.Params.QueueExp) - 1
+		}
 		p.Queue = int64(float64(p.Service) * f)
 	}
 	p.Throughput = c.Params.Throughput

@@ -484,3 +484,19 @@ func TestPoolsShareServers(t *testing.T) {
 		t.Errorf("%d of %d replies forwarded, want 1", n, len(outs))
 	}
 }
+
+func BenchmarkEgressReplicatedGet(b *testing.B) {
+	tb := repTable(b, replica.Predicted)
+	w := NewWorker()
+	tmpl := clientReq(1, binaryGet(keyOnShard(b, tb, 0, 0)))
+	buf := make([]byte, len(tmpl))
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		copy(buf, tmpl)
+		binary.BigEndian.PutUint16(buf[42:], uint16(i))
+		w.Egress(tb, buf, int64(i)*10000) // 100,000 a second: under the rate limit
+	}
+	if st := tb.pools[0].Stats; st.DropRate.Load() != 0 || st.Requests.Load() == 0 {
+		b.Fatalf("%d requests routed, %d over the rate limit: the benchmark measured drops", st.Requests.Load(), st.DropRate.Load())
+	}
+}
