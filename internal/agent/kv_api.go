@@ -322,7 +322,7 @@ func (st *kvState) view(n kvNet, p *router.Pool, now int64) api.KVPool {
 	v := api.KVPool{Name: p.Name, Network: n.name, Address: p.VIP.String(), Hash: p.Hash.String(), Version: p.Version,
 		Counters: kvPoolCounters(p), Servers: []api.KVServer{}}
 	for i, s := range p.Servers {
-		sv := api.KVServer{Address: s.Addr.String(), Site: s.SiteName, Weight: max(spec.Servers[i].Weight, 1), Local: s.Local,
+		sv := api.KVServer{Address: s.Addr.String(), Site: s.SiteName, Weight: max(spec.Servers[i].Weight, 1), Local: s.Local, Shard: s.Shard, Tier: s.Tier,
 			Requests: s.Requests.Load(), Replies: s.Replies.Load(), Failovers: s.FailedOver.Load()}
 		if ks := st.watch(s); ks != nil {
 			sv.State, sv.SinceSeconds, sv.Errors = ks.state, float64(now-ks.since)/1e9, ks.errors

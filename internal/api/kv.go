@@ -41,6 +41,10 @@ type KVServer struct {
 	// Local is true for a server on this site's network (checked from
 	// this gateway every 100 ms).
 	Local bool `json:"local"`
+	// Shard is the index of the shard the server holds (a replica of,
+	// in a pool with shards; its own otherwise) and Tier its storage.
+	Shard int    `json:"shard"`
+	Tier  string `json:"tier,omitempty"`
 	// State is up, down (health checks or passive detection), site-down
 	// (the overlay lost its site) or drained.
 	State        string  `json:"state"`

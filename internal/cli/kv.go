@@ -156,6 +156,9 @@ func printKVPool(w io.Writer, raw []byte) error {
 			if s.Local {
 				site += " (here)"
 			}
+			if s.Tier != "" {
+				site += fmt.Sprintf(" shard %d %s", s.Shard, s.Tier)
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1fs\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Address, site, s.Weight, s.State, s.SinceSeconds,
 				s.Requests, s.Replies, s.Errors, s.Failovers, p50, p99)
 		}
