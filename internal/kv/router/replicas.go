@@ -593,9 +593,7 @@ func (w *Worker) hedge(t *Table, h *hedgeSlot, now int64) {
 		return
 	}
 	p.Stats.HedgesSent.Add(1)
-	j := sh.Replicas[target]
-	p.countRead(p.Servers[j])
-	w.send(t, p, &w.h, nb, false, j, false, now)
+	w.send(t, p, &w.h, nb, false, sh.Replicas[target], false, now)
 }
 
 // ReplicaWhy is one replica's part in a read's choice.
