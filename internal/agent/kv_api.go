@@ -374,5 +374,11 @@ func (a *Agent) kvStatus(s *api.Status) {
 		s.Counters["kv_replies"] += sum.Replies
 		s.Counters["kv_errors"] += sum.Errors
 		s.Counters["kv_failed_over"] += sum.FailedOver
+		// Where reads of replicated pools went (issue 18), for the map page.
+		if reads := p.Counters["reads_local"] + p.Counters["reads_nearby"] + p.Counters["reads_remote"]; reads > 0 {
+			for _, k := range []string{"reads_local", "reads_nearby", "reads_remote", "hedges_sent"} {
+				s.Counters["kv_"+k] += p.Counters[k]
+			}
+		}
 	}
 }
