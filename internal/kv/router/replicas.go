@@ -107,7 +107,7 @@ func (p *Pool) buildShards(ps PoolSpec, old *Pool) ([]ring.Server, error) {
 		for i, s := range ps.Servers {
 			p.Shards = append(p.Shards, &Shard{Weight: s.Weight, Replicas: []int{i}})
 			rs = append(rs, ring.Server{Host: s.Addr.Addr().String(), Port: s.Addr.Port(), Weight: s.Weight})
-			p.Servers[i].Shard, p.Servers[i].Replica = i, 0
+			p.Servers[i].setPlace(i, 0)
 		}
 		return rs, nil
 	}
@@ -119,7 +119,7 @@ func (p *Pool) buildShards(ps PoolSpec, old *Pool) ([]ring.Server, error) {
 			return nil, fmt.Errorf("router: pool %s: server %v of shard %d, which does not exist", ps.Name, s.Addr, s.Shard)
 		}
 		sh := p.Shards[s.Shard]
-		p.Servers[j].Shard, p.Servers[j].Replica = s.Shard, len(sh.Replicas)
+		p.Servers[j].setPlace(s.Shard, len(sh.Replicas))
 		sh.Replicas = append(sh.Replicas, j)
 	}
 	replicated := false
@@ -165,6 +165,17 @@ func (p *Pool) buildShards(ps PoolSpec, old *Pool) ([]ring.Server, error) {
 		}
 	}
 	return rs, nil
+}
+
+// setPlace records the server's shard and its index among the shard's
+// replicas. A *Server kept across a rebuild of its table is written only
+// when its place changed (a pool without replicas, whose data path never
+// reads it), so the data path of the table in force reads no field being
+// written.
+func (s *Server) setPlace(shard, rep int) {
+	if s.Shard != shard || s.Replica != rep {
+		s.Shard, s.Replica = shard, rep
+	}
 }
 
 // Replicated reports whether some shard of the pool has several replicas.
@@ -456,7 +467,11 @@ func (p *Pool) reply(s *Server, cip uint32, cport uint16, payload []byte, now in
 		}
 	}
 	if k < 0 {
-		return true, false
+		// A replica this request did not go to: a late reply to an
+		// earlier request of the client under the same id, which the
+		// client must not take for this one's.
+		p.Stats.DupReplies.Add(1)
+		return false, true
 	}
 	c := &e.copies[k]
 	if c.seen == 0 {

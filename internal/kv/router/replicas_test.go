@@ -500,3 +500,26 @@ func BenchmarkEgressReplicatedGet(b *testing.B) {
 		b.Fatalf("%d requests routed, %d over the rate limit: the benchmark measured drops", st.Requests.Load(), st.DropRate.Load())
 	}
 }
+
+// A client that reuses a request id while another replica's reply to its
+// earlier request is still on its way does not get that late reply for
+// its new request.
+func TestLateReplyUnderReusedID(t *testing.T) {
+	tb := repTable(t, replica.LocalFirst)
+	p := tb.pools[0]
+	p.Servers[0].SetDown(true) // reads go to B (nearest), C never asked
+	w, in := NewWorker(), &Inbound{}
+	key := keyOnShard(t, tb, 0, 0)
+	_, outs := w.Egress(tb, clientReq(0, binaryGet(key)), 1)
+	if cs := copies(t, outs); len(cs) != 1 || cs[0].server != repB {
+		t.Fatalf("read went to %+v", cs)
+	}
+	// A reply from C under the same id (say to a write of long ago) is
+	// not this read's.
+	if n := answer(t, tb, w, in, sent{server: repC}, 0, 1, 10, 2*ms); n != 0 {
+		t.Error("a reply from a replica the request did not go to was forwarded")
+	}
+	if n := answer(t, tb, w, in, sent{server: repB}, 0, 1, 10, 3*ms); n != 1 {
+		t.Error("the asked replica's reply was not forwarded")
+	}
+}
