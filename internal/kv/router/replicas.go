@@ -194,12 +194,19 @@ func (s *Server) PathRTT() int64 {
 }
 
 // syncChooser copies the replicas' health and path round trips into the
-// shard's chooser. The caller holds the pool's lock.
+// shard's chooser; a replica of this site whose MAC is not known yet is
+// not usable (a read sent there would be dropped), and the agent is asked
+// to learn it. The caller holds the pool's lock.
 func (p *Pool) syncChooser(sh *Shard) {
 	for k, j := range sh.Replicas {
 		r := &sh.chooser.Replicas[k]
+		s := p.Servers[j]
 		r.Usable = p.serverUsable(j)
-		r.RTT = p.Servers[j].PathRTT()
+		if r.Usable && s.Local && s.mac.Load() == 0 {
+			r.Usable = false
+			s.needARP.Store(true)
+		}
+		r.RTT = s.PathRTT()
 	}
 }
 

@@ -523,3 +523,17 @@ func TestLateReplyUnderReusedID(t *testing.T) {
 		t.Error("the asked replica's reply was not forwarded")
 	}
 }
+
+// A replica of this site whose MAC is not known yet takes no reads (they
+// would be dropped): they go to another replica, and the agent is asked
+// to learn the MAC.
+func TestLocalReplicaWithoutMAC(t *testing.T) {
+	tb := repTable(t, replica.LocalFirst)
+	p := tb.pools[0]
+	p.Servers[0].mac.Store(0) // unknown
+	w := NewWorker()
+	_, outs := w.Egress(tb, clientReq(1, binaryGet(keyOnShard(t, tb, 0, 0))), 1)
+	if cs := copies(t, outs); len(cs) != 1 || cs[0].server != repB || !p.Servers[0].TakeNeedARP() {
+		t.Errorf("read went to %+v", cs)
+	}
+}
