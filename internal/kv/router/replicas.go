@@ -44,8 +44,11 @@ const (
 	// NearbyRTT: without near_sites, a replica whose path round trip is
 	// below this counts as nearby in the metrics (ns).
 	NearbyRTT = int64(30e6)
-	// maxHedges bounds the reads a Worker holds for hedging at once.
-	maxHedges = 32
+	// maxHedges bounds the reads a Worker holds for hedging at once, and
+	// hedgesPerFrame those it sends while handling one frame (the rest
+	// wait for the next), so that the frame's own outputs find buffers.
+	maxHedges      = 32
+	hedgesPerFrame = 8
 	// expireBatch is how many entries one call of Expire looks at.
 	expireBatch = 512
 )
@@ -561,18 +564,19 @@ func (w *Worker) fireHedges(t *Table, now int64) {
 	if w.nHedges == 0 || now < w.hedgeDue {
 		return
 	}
-	next := int64(0)
+	next, fired := int64(0), 0
 	for i := range w.hedges {
 		h := &w.hedges[i]
 		if !h.used {
 			continue
 		}
-		if now < h.due {
+		if now < h.due || fired == hedgesPerFrame {
 			if next == 0 || h.due < next {
 				next = h.due
 			}
 			continue
 		}
+		fired++
 		h.used = false
 		w.nHedges--
 		w.hedge(t, h, now)

@@ -537,3 +537,36 @@ func TestLocalReplicaWithoutMAC(t *testing.T) {
 		t.Errorf("read went to %+v", cs)
 	}
 }
+
+// Many hedges due at once are sent a few per frame, so that the frame's
+// own request still goes out.
+func TestHedgesPerFrame(t *testing.T) {
+	tb := repTable(t, replica.Predicted)
+	p := tb.pools[0]
+	w, in := NewWorker(), &Inbound{}
+	key := keyOnShard(t, tb, 0, 0)
+	svc := map[netip.AddrPort]int64{repA: 20 * ms, repB: ms / 10, repC: ms / 10}
+	_, now := readLoop(t, tb, w, in, key, 1, 2e9, svc, 100)
+	p.rep.budget = replica.NewBudget(replica.Params{HedgeBurst: 100, HedgeShare: 1, ExploreBurst: 0})
+	for _, sh := range p.Shards {
+		if sh.chooser != nil {
+			sh.chooser.Budget = p.rep.budget
+		}
+	}
+	for i := 0; i < maxHedges; i++ { // unanswered reads, all due together
+		w.Egress(tb, clientReq(uint16(20000+i), binaryGet(key)), now)
+	}
+	other := keyOnShard(t, tb, 1, 0)
+	sentBefore := p.Stats.HedgesSent.Load()
+	_, outs := w.Egress(tb, clientReq(30000, binaryGet(other)), now+time100ms)
+	cs := copies(t, outs)
+	if len(cs) != hedgesPerFrame+1 || cs[len(cs)-1].id != 30000 {
+		t.Fatalf("%d outputs, the last for id %d; want %d hedges and the request", len(cs), cs[len(cs)-1].id, hedgesPerFrame)
+	}
+	w.Egress(tb, clientReq(30001, binaryGet(other)), now+time100ms+1)
+	if got := p.Stats.HedgesSent.Load() - sentBefore; got != 2*hedgesPerFrame {
+		t.Errorf("%d hedges after two frames, want %d", got, 2*hedgesPerFrame)
+	}
+}
+
+const time100ms = 100 * ms
