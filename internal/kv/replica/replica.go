@@ -90,8 +90,9 @@ func ClassLimit(c int) int {
 // Params are the model's constants; DefaultParams gives those of
 // docs/replicas.md.
 type Params struct {
-	// Gain is the weight of a new sample in the smoothed service time and
-	// throughput (an EWMA); DevGain that of its deviation.
+	// Gain is the weight of a new sample in the smoothed path throughput
+	// (an EWMA); DevGain that of the deviation of throughput and service
+	// time.
 	Gain, DevGain float64
 	// Concurrency is how many requests a server serves at once, for the
 	// queue penalty S × ((1 + outstanding/Concurrency)^QueueExp − 1).
@@ -133,15 +134,69 @@ type estimate struct {
 	at        int64 // time of the last sample
 }
 
+// add takes sample x into the estimate. A sample more than
+// outlierDevs mean deviations above the mean moves the mean only as far
+// as that bound, while the deviation takes it whole: one slow request now
+// and then does not make a replica look slow for the many samples an
+// EWMA needs to forget it, but a lasting rise widens the bound and is
+// followed within a sample or two more than without it. Falls are taken
+// whole.
 func (e *estimate) add(x float64, now int64, gain, devGain float64) {
 	if e.n == 0 {
 		e.mean, e.dev = x, x/2
 	} else {
+		m := min(x, e.mean+outlierDevs*e.dev)
 		e.dev += devGain * (math.Abs(x-e.mean) - e.dev)
-		e.mean += gain * (x - e.mean)
+		e.mean += gain * (m - e.mean)
 	}
 	e.n++
 	e.at = now
+}
+
+// outlierDevs bounds the rise one sample may cause (see estimate.add).
+const outlierDevs = 3
+
+// windowLen is how many recent service times of a size class a replica
+// keeps.
+const windowLen = 8
+
+// window is a replica's recent service times in one size class. The
+// estimate is their median: one slow request now and then does not move
+// it (an EWMA would carry it for many samples, during which reads go to a
+// replica that is in fact slower), while a lasting change moves it after
+// half the window (5 samples: at once for the replica reads go to, within
+// about a second through exploration for the others). The EWMA of the
+// samples' deviation from it sizes the hedge's wait.
+type window struct {
+	s   [windowLen]float64
+	n   uint32 // samples taken
+	med float64
+	dev float64
+	at  int64 // time of the last sample
+}
+
+func (w *window) add(x float64, now int64, devGain float64) {
+	if w.n == 0 {
+		w.dev = x / 2
+	} else {
+		w.dev += devGain * (math.Abs(x-w.med) - w.dev)
+	}
+	w.s[w.n%windowLen] = x
+	w.n++
+	w.at = now
+	k := int(min(w.n, windowLen))
+	var t [windowLen]float64
+	copy(t[:k], w.s[:k])
+	for i := 1; i < k; i++ { // insertion sort of at most 8
+		for j := i; j > 0 && t[j] < t[j-1]; j-- {
+			t[j], t[j-1] = t[j-1], t[j]
+		}
+	}
+	if k%2 == 1 {
+		w.med = t[k/2]
+	} else {
+		w.med = (t[k/2-1] + t[k/2]) / 2
+	}
 }
 
 // Replica is what the chooser knows of one replica.
@@ -160,7 +215,7 @@ type Replica struct {
 	// pool at one site may share; New gives each replica its own.
 	Path *Path
 
-	svc         [NumClasses]estimate // service time per size class (ns)
+	svc         [NumClasses]window // service time per size class (ns)
 	outstanding int
 }
 
@@ -246,9 +301,9 @@ func (c *Chooser) Predict(i, size int) Prediction {
 	cl := Class(size)
 	p := Prediction{RTT: r.RTT, Class: cl, From: -1}
 	if e := &r.svc[cl]; e.n > 0 {
-		p.Service, p.Samples, p.From = int64(e.mean), int(e.n), cl
+		p.Service, p.Samples, p.From = int64(e.med), int(e.n), cl
 	} else if k := r.nearestClass(cl); k >= 0 {
-		p.Service, p.From = int64(r.svc[k].mean), k
+		p.Service, p.From = int64(r.svc[k].med), k
 	}
 	if r.outstanding > 0 {
 		f := float64(r.outstanding) / c.Params.Concurrency
@@ -460,7 +515,7 @@ func (c *Chooser) Observe(i int, r Reply, now int64) {
 	}
 	p := &c.Params
 	svc := max(r.First-r.Sent-rp.RTT, 0)
-	rp.svc[Class(r.Bytes)].add(float64(svc), now, p.Gain, p.DevGain)
+	rp.svc[Class(r.Bytes)].add(float64(svc), now, p.DevGain)
 	if span := r.Last - r.First; r.Dgms > 1 && span > 0 && r.Bytes > r.FirstBytes {
 		rp.Path.thr.add(float64(r.Bytes-r.FirstBytes)/(float64(span)/1e9), now, p.Gain, p.DevGain)
 	}
@@ -473,7 +528,7 @@ func (c *Chooser) TypicalSize() int { return int(c.typical.mean) }
 
 // ClassStats is a replica's service-time estimate for one size class.
 type ClassStats struct {
-	Mean, Dev int64 // ns
+	Median, Dev int64 // ns: the window's median and the smoothed deviation from it
 	Samples   int
 	Age       int64 // ns since the last sample at the time asked
 }
@@ -481,7 +536,7 @@ type ClassStats struct {
 // Stats returns replica i's service-time estimate for class cl at now.
 func (c *Chooser) Stats(i, cl int, now int64) ClassStats {
 	e := &c.Replicas[i].svc[cl]
-	s := ClassStats{Mean: int64(e.mean), Dev: int64(e.dev), Samples: int(e.n)}
+	s := ClassStats{Median: int64(e.med), Dev: int64(e.dev), Samples: int(e.n)}
 	if e.n > 0 {
 		s.Age = now - e.at
 	}

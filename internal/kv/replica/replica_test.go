@@ -95,20 +95,40 @@ func TestPredict(t *testing.T) {
 	}
 }
 
-// The service time excludes the path's round trip and smooths samples.
-func TestObserveSmooths(t *testing.T) {
+// The service time excludes the path's round trip; the estimate is the
+// median of the last 8 samples: an outlier does not move it, a lasting
+// change does after 5 samples.
+func TestObserveMedian(t *testing.T) {
 	c := New(Predicted, DefaultParams(), 1, nil)
 	c.Replicas[0].RTT = 30 * ms
 	observe(c, 0, 1, 500, 4*ms, 1e6, 0)
 	observe(c, 0, 1, 500, 8*ms, 1e6, 0)
-	if s := c.Stats(0, 0, 0); s.Mean != 5*ms || s.Samples != 2 {
-		t.Errorf("after 4 and 8 ms: %+v, want mean 5 ms", s)
+	if s := c.Stats(0, 0, 0); s.Median != 6*ms || s.Samples != 2 {
+		t.Errorf("after 4 and 8 ms: %+v, want median 6 ms", s)
+	}
+	observe(c, 0, 6, 500, 4*ms, 1e6, 0)
+	observe(c, 0, 1, 500, 40*ms, 1e6, 0) // one slow request
+	if s := c.Stats(0, 0, 0); s.Median != 4*ms {
+		t.Errorf("after an outlier: median %d, want 4 ms", s.Median)
+	}
+	if w, _ := c.HedgeAfter(0, 500); w < 30*ms+4*ms+2*ms {
+		t.Errorf("the outlier did not widen the hedge's wait: %d", w)
+	}
+	// The service time rises to 20 ms: with the outlier, 4 slow samples
+	// of 8 put the median half way, 5 move it.
+	observe(c, 0, 3, 500, 20*ms, 1e6, 0)
+	if s := c.Stats(0, 0, 0); s.Median != 12*ms {
+		t.Errorf("4 slow samples of 8: median %d, want 12 ms", s.Median)
+	}
+	observe(c, 0, 1, 500, 20*ms, 1e6, 0)
+	if s := c.Stats(0, 0, 0); s.Median != 20*ms {
+		t.Errorf("5 slow samples of 8: median %d, want 20 ms", s.Median)
 	}
 	// A reply before the RTT is over (the RTT estimate ran high) counts 0.
 	c2 := New(Predicted, DefaultParams(), 1, nil)
 	c2.Replicas[0].RTT = 30 * ms
 	c2.Observe(0, Reply{Sent: 0, First: 20 * ms, Last: 20 * ms, Bytes: 10, FirstBytes: 10, Dgms: 1}, 20*ms)
-	if s := c2.Stats(0, 0, 0); s.Mean != 0 || s.Samples != 1 {
+	if s := c2.Stats(0, 0, 0); s.Median != 0 || s.Samples != 1 {
 		t.Errorf("negative service time kept: %+v", s)
 	}
 }
@@ -202,11 +222,7 @@ func TestExplorationBound(t *testing.T) {
 	for k := int64(0); k < reads; k++ {
 		now := k * every
 		d := c.Choose(1000, now)
-		observe(c, d.Primary, 1, 1000, 0, 20e6, now) // keep the primary's estimate as it is
-		if d.Primary == 1 {
-			// Service as in tiers().
-			c.Replicas[1].svc[0].mean = float64(ms / 10)
-		}
+		observe(c, d.Primary, 1, 1000, []int64{8 * ms, ms / 10, ms / 10}[d.Primary], 20e6, now) // as in tiers()
 		if d.Explore >= 0 {
 			if gap := now - last[d.Explore]; last[d.Explore] != 0 && gap > maxGap {
 				maxGap = gap
