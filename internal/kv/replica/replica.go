@@ -529,8 +529,8 @@ func (c *Chooser) TypicalSize() int { return int(c.typical.mean) }
 // ClassStats is a replica's service-time estimate for one size class.
 type ClassStats struct {
 	Median, Dev int64 // ns: the window's median and the smoothed deviation from it
-	Samples   int
-	Age       int64 // ns since the last sample at the time asked
+	Samples     int
+	Age         int64 // ns since the last sample at the time asked
 }
 
 // Stats returns replica i's service-time estimate for class cl at now.
