@@ -55,10 +55,10 @@ type KVReplicaWhy struct {
 	Chosen  bool   `json:"chosen"`
 	// PredictedMs is the predicted fetch time; RTTMs the round trip of
 	// the overlay's path to the replica's site; ServiceMs the server's
-	// smoothed service time in the size class as seen from here (reply
-	// time minus path RTT); QueueMs the penalty for the Outstanding
-	// requests; TransferMs the size over ThroughputMBps, the path's
-	// observed throughput.
+	// service time in the size class as seen from here (reply time minus
+	// path RTT; the median of the class's last 8 samples); QueueMs the
+	// penalty for the Outstanding requests; TransferMs the size over
+	// ThroughputMBps, the path's observed throughput.
 	PredictedMs    float64 `json:"predicted_ms"`
 	RTTMs          float64 `json:"rtt_ms"`
 	ServiceMs      float64 `json:"service_ms"`
