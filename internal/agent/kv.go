@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"maps"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +14,7 @@ import (
 	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/frame"
 	"github.com/detour-overlay/detour/internal/kv/memcache"
+	"github.com/detour-overlay/detour/internal/kv/ring"
 	"github.com/detour-overlay/detour/internal/kv/router"
 	"github.com/detour-overlay/detour/internal/wire"
 )
@@ -109,6 +111,21 @@ func newKVState() *kvState {
 		joinSeen: map[string]int64{}, confirmed: map[string]uint64{}}
 }
 
+// kvPoolSpec translates a validated pool of the configuration.
+func kvPoolSpec(pc config.KVPool) router.PoolSpec {
+	h, _ := ring.ParseHash(pc.Hash)
+	ps := router.PoolSpec{Name: pc.Name, VIP: pc.VirtualAddr(), Hash: h}
+	if len(pc.Shards) > 0 {
+		kvShardsSpec(pc, &ps)
+		return ps
+	}
+	for _, s := range pc.Servers {
+		ap, _ := netip.ParseAddrPort(s.Address)
+		ps.Servers = append(ps.Servers, router.ServerSpec{Addr: ap, Weight: uint32(s.Weight), Site: wire.SiteIDFromName(s.Site), SiteName: s.Site})
+	}
+	return ps
+}
+
 // runKV routes the pools in force and watches their servers until ctx
 // is done; it takes the pools and networks the control loop hands over
 // (kvdist.go) and carries out the API's requests (kv_api.go).
@@ -135,7 +152,9 @@ func (a *Agent) runKV(ctx context.Context) {
 		routes := a.engine.Routes()
 		for _, ks := range st.servers {
 			a.kvWatch(ks, routes, now, n%kvProbeEvery == 1)
+			kvPathRTT(ks.s, routes)
 		}
+		st.kvExpire(now)
 		st.track(now)
 		a.kvActivate(st, now)
 		a.kvFinishPending(st, now)
@@ -299,6 +318,8 @@ func (c kvCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- kvUpDesc
 	ch <- kvPoolDesc
 	ch <- kvVersionDesc
+	ch <- kvReadsDesc
+	ch <- kvHedgesDesc
 }
 
 func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
@@ -331,6 +352,7 @@ func collectPool(ch chan<- prometheus.Metric, p *router.Pool) {
 	for counter, v := range kvPoolCounters(p) {
 		ch <- prometheus.MustNewConstMetric(kvPoolDesc, prometheus.CounterValue, float64(v), p.Name, counter)
 	}
+	collectReplicas(ch, p)
 }
 
 // kvPoolCounters returns a pool's counters by name.
@@ -351,5 +373,15 @@ func kvPoolCounters(p *router.Pool) map[string]uint64 {
 		"dropped_no_mac":    st.DropNoMAC.Load(),
 		"dropped_flows":     st.DropFlows.Load(),
 		"dropped_other":     st.DropOther.Load(),
+		"reads_local":       st.ReadsLocal.Load(),
+		"reads_nearby":      st.ReadsNearby.Load(),
+		"reads_remote":      st.ReadsRemote.Load(),
+		"explorations":      st.Explorations.Load(),
+		"hedges_sent":       st.HedgesSent.Load(),
+		"hedges_won":        st.HedgesWon.Load(),
+		"write_copies":      st.WritesReplicas.Load(),
+		"dup_replies":       st.DupReplies.Load(),
+		"pending_evicted":   st.PendingEvicted.Load(),
+		"pending_expired":   st.PendingExpired.Load(),
 	}
 }

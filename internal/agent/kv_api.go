@@ -124,6 +124,11 @@ func (st *kvState) configs() []config.KVPool {
 		for _, p := range n.port.KV.Load().Pools() {
 			ps := p.Spec()
 			pc := config.KVPool{Name: ps.Name, Network: n.name, Address: ps.VIP.String(), Hash: ps.Hash.String()}
+			if len(ps.Shards) > 0 {
+				kvShardsConfig(ps, &pc)
+				out = append(out, pc)
+				continue
+			}
 			for _, s := range ps.Servers {
 				pc.Servers = append(pc.Servers, config.KVServer{Address: s.Addr.String(), Weight: int(s.Weight), Site: s.SiteName})
 			}
@@ -339,7 +344,7 @@ func (st *kvState) view(n kvNet, p *router.Pool, now int64) api.KVPool {
 		}
 	}
 	for i, s := range p.Servers {
-		sv := api.KVServer{Address: s.Addr.String(), Site: s.SiteName, Weight: max(spec.Servers[i].Weight, 1), Local: s.Local,
+		sv := api.KVServer{Address: s.Addr.String(), Site: s.SiteName, Weight: max(spec.Servers[i].Weight, 1), Local: s.Local, Shard: s.Shard, Tier: s.Tier,
 			Requests: s.Requests.Load(), Replies: s.Replies.Load(), Failovers: s.FailedOver.Load()}
 		if ks := st.watch(s); ks != nil {
 			sv.State, sv.SinceSeconds, sv.Errors = ks.state, float64(now-ks.since)/1e9, ks.errors
@@ -396,5 +401,11 @@ func (a *Agent) kvStatus(s *api.Status) {
 		s.Counters["kv_replies"] += sum.Replies
 		s.Counters["kv_errors"] += sum.Errors
 		s.Counters["kv_failed_over"] += sum.FailedOver
+		// Where reads of replicated pools went (issue 18), for the map page.
+		if reads := p.Counters["reads_local"] + p.Counters["reads_nearby"] + p.Counters["reads_remote"]; reads > 0 {
+			for _, k := range []string{"reads_local", "reads_nearby", "reads_remote", "hedges_sent"} {
+				s.Counters["kv_"+k] += p.Counters[k]
+			}
+		}
 	}
 }

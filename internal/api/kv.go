@@ -44,6 +44,10 @@ type KVServer struct {
 	// Local is true for a server on this site's network (checked from
 	// this gateway every 100 ms).
 	Local bool `json:"local"`
+	// Shard is the index of the shard the server holds (a replica of,
+	// in a pool with shards; its own otherwise) and Tier its storage.
+	Shard int    `json:"shard"`
+	Tier  string `json:"tier,omitempty"`
 	// State is up, down (health checks or passive detection), site-down
 	// (the overlay lost its site) or drained.
 	State        string  `json:"state"`
@@ -103,6 +107,7 @@ func (s *Server) kvReads(mux *http.ServeMux) {
 		p, err := b.KVPool(r.PathValue("name"))
 		reply(w, p, err)
 	})
+	s.kvWhy(mux)
 }
 
 func (s *Server) kvChanges(mux *http.ServeMux) {

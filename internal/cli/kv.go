@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -11,13 +12,14 @@ import (
 )
 
 func init() {
-	Register(Command{Name: "kv", Summary: "the key router's memcached pools: kv list|show|add-server|remove-server|drain|undrain", Run: runKV,
+	Register(Command{Name: "kv", Summary: "the key router's memcached pools: kv list|show|why|add-server|remove-server|drain|undrain", Run: runKV,
 		Usage: strings.TrimPrefix(kvUsage, "usage:\n  detour ")})
 }
 
 const kvUsage = `usage:
   detour kv list [--json]
   detour kv show POOL [--json]
+  detour kv why POOL KEY [--json]              (which replica a read of KEY goes to, and why)
   detour kv add-server POOL ADDR:PORT --site SITE [--weight W] [--json]
   detour kv remove-server POOL ADDR:PORT [--json]
   detour kv drain POOL ADDR:PORT [--json]      (its keys go to their failover)
@@ -43,7 +45,7 @@ func runKV(args []string, stdout, stderr io.Writer) int {
 		return Fail(stderr, "kv", fmt.Errorf("%w\n%s", ErrUsage, kvUsage))
 	}
 	sub, rest := args[0], args[1:]
-	want := map[string]int{"list": 0, "show": 1, "add-server": 2, "remove-server": 2, "drain": 2, "undrain": 2}
+	want := map[string]int{"list": 0, "show": 1, "why": 2, "add-server": 2, "remove-server": 2, "drain": 2, "undrain": 2}
 	n, ok := want[sub]
 	if !ok {
 		return usage("unknown subcommand %q", sub)
@@ -84,6 +86,12 @@ func runKV(args []string, stdout, stderr io.Writer) int {
 			return Fail(stderr, "kv", err)
 		}
 		return show("kv", r, "/v1/kv/pools/"+api.PathEscape(pos[0]), *asJSON, printKVPool, stdout, stderr)
+	case "why":
+		r, err := reader()
+		if err != nil {
+			return Fail(stderr, "kv", err)
+		}
+		return show("kv", r, "/v1/kv/pools/"+api.PathEscape(pos[0])+"/why?key="+url.QueryEscape(pos[1]), *asJSON, printKVWhy, stdout, stderr)
 	}
 	c := changer()
 	var raw json.RawMessage
@@ -157,6 +165,9 @@ func printKVPool(w io.Writer, raw []byte) error {
 			if s.Local {
 				site += " (here)"
 			}
+			if s.Tier != "" {
+				site += fmt.Sprintf(" shard %d %s", s.Shard, s.Tier)
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1fs\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Address, site, s.Weight, s.State, s.SinceSeconds,
 				s.Requests, s.Replies, s.Errors, s.Failovers, p50, p99)
 		}
@@ -174,4 +185,55 @@ func printKVPool(w io.Writer, raw []byte) error {
 		fmt.Fprintf(w, "%s %d\n", k, p.Counters[k])
 	}
 	return nil
+}
+
+// printKVWhy shows each replica's predicted fetch time and its parts.
+func printKVWhy(w io.Writer, raw []byte) error {
+	var y api.KVWhy
+	if err := json.Unmarshal(raw, &y); err != nil {
+		return err
+	}
+	shard := fmt.Sprintf("shard %d", y.Shard)
+	if y.ShardName != "" {
+		shard += " (" + y.ShardName + ")"
+	}
+	if y.Shard != y.Owner {
+		shard += fmt.Sprintf(", failover of shard %d, whose replicas are all down", y.Owner)
+	}
+	size := "the pool's typical reply"
+	if y.SizeKnown {
+		size = "last seen for this key"
+	}
+	fmt.Fprintf(w, "pool %s, key %q: %s, policy %s\nvalue size %d bytes (%s; class %s)\n", y.Pool, y.Key, shard, y.Policy, y.SizeBytes, size, y.SizeClass)
+	if y.Chosen == "" {
+		fmt.Fprintln(w, "no usable replica: reads are dropped")
+	} else {
+		fmt.Fprintf(w, "reads go to %s\n", y.Chosen)
+	}
+	fmt.Fprintf(w, "pool: %d reads chosen, %d also sent to refresh an estimate, %d hedged\n\n", y.Reads, y.Explored, y.Hedges)
+	return table(w, "REPLICA\tSITE\tTIER\tPREDICTED ms\t= RTT\t+ SERVICE\t+ QUEUE\t+ TRANSFER\tMB/s\tOUTSTANDING\tSAMPLES\tNOTE", func(tw io.Writer) {
+		for _, r := range y.Replicas {
+			site := r.Site
+			if r.Local {
+				site += " (here)"
+			}
+			var notes []string
+			if r.Chosen {
+				notes = append(notes, "chosen")
+			}
+			if !r.Usable {
+				notes = append(notes, "down")
+			}
+			switch {
+			case r.ServiceFrom != "":
+				notes = append(notes, "service time of class "+r.ServiceFrom)
+			case r.Samples == 0:
+				notes = append(notes, "service time not measured yet")
+			default:
+				notes = append(notes, fmt.Sprintf("service ±%.2f ms, last sample %.1f s ago", r.ServiceDevMs, r.SampleAgeSeconds))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.1f\t%d\t%d\t%s\n", r.Address, site, r.Tier, r.PredictedMs,
+				r.RTTMs, r.ServiceMs, r.QueueMs, r.TransferMs, r.ThroughputMBps, r.Outstanding, r.Samples, strings.Join(notes, ", "))
+		}
+	})
 }
