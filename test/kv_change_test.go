@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -20,14 +21,22 @@ import (
 )
 
 // TestKVRingChange adds a fourth memcached server (NEU host 2) to the
-// lanman2017-kv pool at run time, with `detour kv add-server` at every
-// gateway, 300 ms apart (the server's own site first; nothing distributes
-// the change yet), while 16 clients at LAN set keys through the virtual
-// address without pause: no request may go unanswered across the change,
-// every gateway ends on version 2, and every key then lands where the new
-// ring says. Then drain and undrain at LAN, and NEU's check latencies.
+// lanman2017-kv pool at run time, with one `detour kv add-server` at LAN's
+// gateway (not the server's site), while 16 clients at LAN set keys
+// through the virtual address without pause. The change is distributed
+// over the control plane: version 2 has the server joining, NEU's gateway
+// learns its MAC and sends version 3 with it taking keys. Every gateway
+// must be on version 3 within 1 s of the command's answer (the times are
+// measured by polling each gateway's API and logged), no request may go
+// unanswered across the change, and every key then lands where the new
+// ring says. Then drain and undrain at LAN (distributed too), and NEU's
+// check latencies.
 func TestKVRingChange(t *testing.T) {
-	o := withAgents(t, upWith(t, kvPrefix, "lanman2017-kv", "--overlay", "detour-plain"))
+	overlay := "detour-plain" // DETOUR_KV_OVERLAY=detour runs it sealed
+	if v := os.Getenv("DETOUR_KV_OVERLAY"); v != "" {
+		overlay = v
+	}
+	o := withAgents(t, upWith(t, kvPrefix, "lanman2017-kv", "--overlay", overlay))
 	out, errOut, err := o.run("status", "--json")
 	if err != nil {
 		t.Fatalf("status: %v %s", err, errOut)
@@ -159,23 +168,63 @@ func TestKVRingChange(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	before := sent.Load()
+	// Each gateway's API is polled every 2 ms for the pool's version.
+	seen := make([][4]time.Duration, len(o.st.Sites)) // first seen at version 1..3
+	var seenMu sync.Mutex
+	pollStop := make(chan struct{})
+	var pollWG sync.WaitGroup
 	t0 := time.Now()
-	for _, site := range []string{"NEU", "LAN", "BOR", "CLU"} {
-		out := o.mustDetour(t, site, "kv", "add-server", "cache", newAddr.String(), "--site", "NEU")
-		if !strings.Contains(out, "version 2") {
-			t.Fatalf("%s: %s", site, out)
-		}
-		// As by hand, a while apart: the gateways run different
-		// versions meanwhile.
-		time.Sleep(300 * time.Millisecond)
+	for i := range o.st.Sites {
+		pollWG.Add(1)
+		go func() {
+			defer pollWG.Done()
+			for {
+				select {
+				case <-pollStop:
+					return
+				default:
+				}
+				var pools []api.KVPool
+				if err := o.api[i].Get("/v1/kv/pools", &pools); err == nil && len(pools) == 1 {
+					seenMu.Lock()
+					if v := pools[0].Version; v >= 2 && v <= 3 && seen[i][v] == 0 {
+						seen[i][v] = time.Since(t0)
+					}
+					seenMu.Unlock()
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
 	}
-	changed := time.Since(t0)
+	out = o.mustDetour(t, "LAN", "kv", "add-server", "cache", newAddr.String(), "--site", "NEU")
+	answered := time.Since(t0)
+	if !strings.Contains(out, "version 3") {
+		t.Fatalf("add-server at LAN: %s", out)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	close(pollStop)
+	pollWG.Wait()
 	during := sent.Load() - before
-	time.Sleep(time.Second)
 	close(stop)
 	wg.Wait()
-	t.Logf("add-server at 4 gateways, 300 ms apart, took %v; %d requests sent in all (%d during the change), %d lost, %d errors",
-		changed.Round(time.Millisecond), sent.Load(), during, lost.Load(), bad.Load())
+	t.Logf("add-server at LAN answered after %v (version 2 with the server joining, then NEU confirmed it: version 3)", answered.Round(time.Millisecond))
+	at := func(d time.Duration) string {
+		if d == 0 {
+			return "- (passed between two polls)"
+		}
+		return d.Round(100 * time.Microsecond).String()
+	}
+	for i, s := range o.st.Sites {
+		t.Logf("%s: version 2 at %s, version 3 at %s (from the command's start)", s.Name, at(seen[i][2]), at(seen[i][3]))
+		switch {
+		case seen[i][3] == 0:
+			t.Errorf("%s never showed version 3", s.Name)
+		case seen[i][3] > answered+time.Second:
+			t.Errorf("%s on version 3 %v after the command answered, want within 1 s", s.Name, seen[i][3]-answered)
+		}
+	}
+	t.Logf("%d requests sent in all (%d from the change to 1.5 s after), %d lost, %d errors",
+		sent.Load(), during, lost.Load(), bad.Load())
 	if lost.Load() != 0 || bad.Load() != 0 {
 		t.Errorf("%d requests lost and %d errors across the change, want none", lost.Load(), bad.Load())
 	}
@@ -183,13 +232,13 @@ func TestKVRingChange(t *testing.T) {
 		t.Error("no request was sent during the change")
 	}
 
-	// Every gateway is on version 2 with four servers.
+	// Every gateway is on version 3 with four servers.
 	for i, s := range o.st.Sites {
 		var pools []api.KVPool
 		if err := o.api[i].Get("/v1/kv/pools", &pools); err != nil || len(pools) != 1 {
 			t.Fatalf("%s: pools %+v (%v)", s.Name, pools, err)
 		}
-		if p := pools[0]; p.Version != 2 || len(p.Servers) != 4 || p.Servers[3].Address != newAddr.String() {
+		if p := pools[0]; p.Version != 3 || len(p.Servers) != 4 || p.Servers[3].Address != newAddr.String() || p.Servers[3].State != "up" {
 			t.Errorf("%s: version %d, servers %+v", s.Name, p.Version, p.Servers)
 		}
 	}
@@ -243,7 +292,7 @@ func TestKVRingChange(t *testing.T) {
 	// clients: each of its keys goes to its failover on the ring, the
 	// others stay; undrained, it gets exactly its keys back.
 	out = o.mustDetour(t, "LAN", "kv", "drain", "cache", newAddr.String())
-	if !strings.Contains(out, "version 3") {
+	if !strings.Contains(out, "version 4") {
 		t.Fatalf("drain: %s", out)
 	}
 	setAll := func(prefix string) []string {

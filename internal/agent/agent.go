@@ -64,8 +64,11 @@ type Agent struct {
 	store      *runstate.Store
 	pendPins   map[string][]string
 	pendForbid []string
-	cfgPath    string
-	loopsSeen  map[uint32]uint64 // loops logged, by network
+	// revSeen is how many revocations the core had applied when the
+	// run-time state was last brought up to date with them.
+	revSeen   int
+	cfgPath   string
+	loopsSeen map[uint32]uint64 // loops logged, by network
 
 	// core is the site's protocol state, owned by the control loop (and
 	// before Run and after the loop by Run's goroutine).
@@ -78,6 +81,8 @@ type Agent struct {
 	ctlIn       chan ctlPacket
 	reqs        chan func()                // the API's requests to the control loop
 	kvReqs      chan func(*kvState, int64) // the API's requests to the key router's loop (kv.go)
+	kvBox       *kvBox                     // pools and networks handed to the kv loop (kvdist.go)
+	kvNets      atomic.Pointer[[]kvNet]    // the networks with pools, for the metrics
 	running     atomic.Bool                // the control loop takes requests
 	stopped     chan struct{}
 	started     time.Time
@@ -119,7 +124,8 @@ func New(cfg *config.Agent, opt Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: opt.Logger, clock: opt.Clock, conn: opt.Conn, version: opt.Version,
-		ctlIn: make(chan ctlPacket, 1024), reqs: make(chan func()), kvReqs: make(chan func(*kvState, int64)), stopped: make(chan struct{}), history: history.New(time.Now()), netCfg: map[uint32]config.Network{}}
+		ctlIn: make(chan ctlPacket, 1024), reqs: make(chan func()), kvReqs: make(chan func(*kvState, int64)), stopped: make(chan struct{}), history: history.New(time.Now()), netCfg: map[uint32]config.Network{},
+		kvBox: newKVBox()}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -162,8 +168,14 @@ func New(cfg *config.Agent, opt Options) (*Agent, error) {
 	}
 	a.engine.SetShaper(a.shaper)
 	a.updateMSS()
+	if err := a.kvStart(); err != nil {
+		a.closeAll()
+		return nil, err
+	}
 	a.registry = a.newRegistry()
+	a.registry.MustRegister(kvCollector{a})
 	a.applyPending(a.clock.Now())
+	a.restoreRevocations()
 	return a, nil
 }
 
@@ -349,6 +361,7 @@ func (a *Agent) controlLoop(ctx context.Context) {
 			a.core.Receive(p.at, p.from, p.data)
 			a.drainControl()
 			a.applyPending(a.clock.Now())
+			a.storeRevocations()
 		case f := <-a.reqs:
 			f()
 		case <-timer.C:
@@ -432,6 +445,9 @@ func (a *Agent) flush() {
 	}
 	if rd.Table != nil {
 		a.publish(rd.Table, rd.Gone)
+	}
+	if rd.KVPools != nil {
+		a.kvHeld(rd.KVPools)
 	}
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/binary"
+	"maps"
 	"net/netip"
 	"time"
 
@@ -19,11 +20,10 @@ import (
 )
 
 // The key router's agent side (issue 17): it builds each network's
-// router table from the kv_pools of this site's configuration, learns
-// the MACs of this site's servers, checks their health and watches the
-// others passively. Pools are read from every gateway's own
-// configuration and changed at run time through the API (kv_api.go);
-// nothing distributes them over the control plane yet.
+// router table from the pools the site core holds (distributed over the
+// control plane, kvdist.go), learns the MACs of this site's servers,
+// checks their health and watches the others passively. Changes made
+// through the API (kv_api.go) are distributed to every gateway.
 
 // Timing of the key router's checks.
 const (
@@ -88,55 +88,37 @@ type kvNet struct {
 }
 
 // kvState is the key router's loop's own state: the networks with pools,
-// the servers it watches, and changes waiting for a new local server's
-// MAC (kv_api.go).
+// the servers it watches, the pools in force and the networks of the
+// site (kvdist.go), and the additions waiting for their server's site to
+// confirm them (kv_api.go).
 type kvState struct {
 	nets    []kvNet
 	servers []*kvServer
 	pending []*kvPending
+	netcfg  []config.Network
+	records map[string]wire.KVPool
+	names   map[wire.SiteID]string
+	// failed is the last error building each network's table, logged once.
+	failed map[string]string
+	// joinSeen is when a joining server of this site was first seen, and
+	// confirmed the version last confirmed or refused, by "pool addr".
+	joinSeen  map[string]int64
+	confirmed map[string]uint64
 }
 
-// kvTables builds the router table of every network that has pools and
-// installs it on the network's port. It returns the state of the loop.
-func (a *Agent) kvTables() *kvState {
-	self := wire.SiteIDFromName(a.cfg.Site)
-	st := &kvState{}
-	for _, n := range a.cfg.Networks {
-		spec := router.Spec{Self: self}
-		if p, err := netip.ParsePrefix(n.Subnet); err == nil {
-			spec.Subnet = p
-		}
-		for _, pc := range a.cfg.KVPools {
-			if pc.Network == n.Name {
-				spec.Pools = append(spec.Pools, kvPoolSpec(pc))
-			}
-		}
-		if len(spec.Pools) == 0 {
-			continue
-		}
-		port := a.engine.Port(n.ID)
-		if port == nil {
-			continue
-		}
-		t, err := router.New(spec)
-		if err != nil {
-			a.log.Error("kv pools not routed", "network", n.Name, "err", err)
-			continue
-		}
-		port.KV.Store(t)
-		st.nets = append(st.nets, kvNet{name: n.Name, port: port})
-		for _, p := range t.Pools() {
-			a.log.Info("kv pool routed", "pool", p.Name, "network", n.Name, "address", p.VIP, "servers", len(p.Servers))
-		}
-		st.sync(st.nets[len(st.nets)-1], t, a.clock.Mono())
-	}
-	return st
+func newKVState() *kvState {
+	return &kvState{records: map[string]wire.KVPool{}, names: map[wire.SiteID]string{}, failed: map[string]string{},
+		joinSeen: map[string]int64{}, confirmed: map[string]uint64{}}
 }
 
 // kvPoolSpec translates a validated pool of the configuration.
 func kvPoolSpec(pc config.KVPool) router.PoolSpec {
 	h, _ := ring.ParseHash(pc.Hash)
 	ps := router.PoolSpec{Name: pc.Name, VIP: pc.VirtualAddr(), Hash: h}
+	if len(pc.Shards) > 0 {
+		kvShardsSpec(pc, &ps)
+		return ps
+	}
 	for _, s := range pc.Servers {
 		ap, _ := netip.ParseAddrPort(s.Address)
 		ps.Servers = append(ps.Servers, router.ServerSpec{Addr: ap, Weight: uint32(s.Weight), Site: wire.SiteIDFromName(s.Site), SiteName: s.Site})
@@ -144,21 +126,17 @@ func kvPoolSpec(pc config.KVPool) router.PoolSpec {
 	return ps
 }
 
-// runKV routes the configured pools and watches their servers until ctx
-// is done; it also carries out the API's requests (kv_api.go). A site
-// without pools only answers requests.
+// runKV routes the pools in force and watches their servers until ctx
+// is done; it takes the pools and networks the control loop hands over
+// (kvdist.go) and carries out the API's requests (kv_api.go).
 func (a *Agent) runKV(ctx context.Context) {
-	st := a.kvTables()
-	a.startTCPTerms(ctx, st) // tcpterm.go
-	var tickC <-chan time.Time
-	if len(st.nets) > 0 {
-		if a.registry != nil {
-			a.registry.MustRegister(kvCollector{st.nets})
-		}
-		tick := time.NewTicker(kvTick)
-		defer tick.Stop()
-		tickC = tick.C
-	}
+	st := newKVState()
+	a.kvTake(st)
+	tt := &tcpTerms{}
+	a.kvTCPSync(ctx, st, tt) // tcpterm.go
+	defer tt.stopAll()
+	tick := time.NewTicker(kvTick)
+	defer tick.Stop()
 	for n := 0; ; {
 		select {
 		case <-ctx.Done():
@@ -167,17 +145,37 @@ func (a *Agent) runKV(ctx context.Context) {
 		case req := <-a.kvReqs:
 			req(st, a.clock.Mono())
 			continue
-		case <-tickC:
+		case <-a.kvBox.wake:
+			a.kvTake(st)
+			a.kvTCPSync(ctx, st, tt)
+			continue
+		case <-tick.C:
 			n++
 		}
 		now := a.clock.Mono()
 		routes := a.engine.Routes()
 		for _, ks := range st.servers {
 			a.kvWatch(ks, routes, now, n%kvProbeEvery == 1)
+			kvPathRTT(ks.s, routes)
 		}
+		if n%kvTCPEvery == 0 {
+			a.kvTCPSync(ctx, st, tt) // pools created through the API
+		}
+		st.kvExpire(now)
 		st.track(now)
+		a.kvActivate(st, now)
 		a.kvFinishPending(st, now)
 	}
+}
+
+// kvTake applies what the control loop handed over.
+func (a *Agent) kvTake(st *kvState) {
+	pools, nets, names := a.kvBox.take()
+	maps.Copy(st.names, names)
+	now := a.clock.Mono()
+	a.kvApply(st, pools, nets, now)
+	a.kvActivate(st, now)
+	a.kvFinishPending(st, now)
 }
 
 // kvWatch updates one server's health: the overlay's view of its site,
@@ -311,13 +309,13 @@ func kvNoop(b []byte, p *router.Pool, s *router.Server, mac [6]byte) []byte {
 
 // kvCollector exports the pools' counters per pool and server, from the
 // tables in force.
-type kvCollector struct{ nets []kvNet }
+type kvCollector struct{ a *Agent }
 
 var (
 	kvRequestsDesc = prometheus.NewDesc("detour_kv_requests_total", "Requests routed to a pool's server by this gateway.", []string{"pool", "server"}, nil)
 	kvRepliesDesc  = prometheus.NewDesc("detour_kv_replies_total", "Replies of a pool's server seen by this gateway.", []string{"pool", "server"}, nil)
 	kvUpDesc       = prometheus.NewDesc("detour_kv_server_up", "1 while requests may go to the server (its health and its site's, and not drained).", []string{"pool", "server"}, nil)
-	kvVersionDesc  = prometheus.NewDesc("detour_kv_pool_version", "The pool's version at this gateway: 1 as configured, one more per change at run time.", []string{"pool"}, nil)
+	kvVersionDesc  = prometheus.NewDesc("detour_kv_pool_version", "The pool's version in force at this gateway (distributed: the same at every gateway once a change has spread).", []string{"pool"}, nil)
 	kvPoolDesc     = prometheus.NewDesc("detour_kv_pool_total", "A pool's counters by name (errors answered, drops by reason, splits, failovers).", []string{"pool", "counter"}, nil)
 )
 
@@ -327,10 +325,16 @@ func (c kvCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- kvUpDesc
 	ch <- kvPoolDesc
 	ch <- kvVersionDesc
+	ch <- kvReadsDesc
+	ch <- kvHedgesDesc
 }
 
 func (c kvCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, n := range c.nets {
+	nets := c.a.kvNets.Load()
+	if nets == nil {
+		return
+	}
+	for _, n := range *nets {
 		if t := n.port.KV.Load(); t != nil {
 			for _, p := range t.Pools() {
 				collectPool(ch, p)
@@ -355,6 +359,7 @@ func collectPool(ch chan<- prometheus.Metric, p *router.Pool) {
 	for counter, v := range kvPoolCounters(p) {
 		ch <- prometheus.MustNewConstMetric(kvPoolDesc, prometheus.CounterValue, float64(v), p.Name, counter)
 	}
+	collectReplicas(ch, p)
 }
 
 // kvPoolCounters returns a pool's counters by name.
@@ -375,5 +380,15 @@ func kvPoolCounters(p *router.Pool) map[string]uint64 {
 		"dropped_no_mac":    st.DropNoMAC.Load(),
 		"dropped_flows":     st.DropFlows.Load(),
 		"dropped_other":     st.DropOther.Load(),
+		"reads_local":       st.ReadsLocal.Load(),
+		"reads_nearby":      st.ReadsNearby.Load(),
+		"reads_remote":      st.ReadsRemote.Load(),
+		"explorations":      st.Explorations.Load(),
+		"hedges_sent":       st.HedgesSent.Load(),
+		"hedges_won":        st.HedgesWon.Load(),
+		"write_copies":      st.WritesReplicas.Load(),
+		"dup_replies":       st.DupReplies.Load(),
+		"pending_evicted":   st.PendingEvicted.Load(),
+		"pending_expired":   st.PendingExpired.Load(),
 	}
 }

@@ -18,21 +18,29 @@ import (
 // owns kvState and is the only writer of the ports' KV pointers. A change
 // builds a new table (router.Apply, Table.Replace) and swaps the pointer,
 // so the data path never sees a half-made change and loses no request.
-// Changes apply to this gateway only; distributing them over the control
-// plane is later work, which can compare the pools' versions.
+// A change is distributed to every gateway (kvdist.go): the control loop
+// stamps it with the pool's next version, floods it and stores it before
+// the API answers.
 
-// kvAddWait bounds how long adding a server of this site waits for its
-// MAC before the change is given up.
+// kvAddWait bounds how long the site of an added server waits for its MAC
+// (ARP) before it gives the server up.
 const kvAddWait = time.Second
 
-// kvPending is an added server of this site that is in the table, drained,
-// until its MAC is known, so that no request for its keys is dropped for
-// want of it; then final (the pool with it undrained) is installed.
+// kvConfirmWait bounds how long an add-server request waits for the
+// server's site to confirm the server (kvActivate there) before it
+// answers that the server is still joining.
+const kvConfirmWait = 3 * time.Second
+
+// kvPending is an add-server request waiting for the server's site to
+// confirm it: the pool is distributed with the server joining (drained at
+// every gateway, so the ring in force is the old one), its site learns
+// its MAC and distributes the next version with the server taking its
+// keys; only then does no gateway send it a request its site could not
+// deliver.
 type kvPending struct {
-	net      kvNet
-	orig     router.PoolSpec // the pool before the change, restored on timeout
-	final    router.PoolSpec
+	pool     string
 	addr     netip.AddrPort
+	site     string
 	deadline int64
 	reply    chan kvResult
 }
@@ -116,6 +124,11 @@ func (st *kvState) configs() []config.KVPool {
 		for _, p := range n.port.KV.Load().Pools() {
 			ps := p.Spec()
 			pc := config.KVPool{Name: ps.Name, Network: n.name, Address: ps.VIP.String(), Hash: ps.Hash.String()}
+			if len(ps.Shards) > 0 {
+				kvShardsConfig(ps, &pc)
+				out = append(out, pc)
+				continue
+			}
 			for _, s := range ps.Servers {
 				pc.Servers = append(pc.Servers, config.KVServer{Address: s.Addr.String(), Weight: int(s.Weight), Site: s.SiteName})
 			}
@@ -168,17 +181,20 @@ func kvParseChange(c api.KVChange) (router.Change, error) {
 	return ch, nil
 }
 
-// kvChange carries out a change on the kv loop and sends its outcome to
-// reply, at once or, for a server of this site, once its MAC is known.
+// kvChange carries out a change on the kv loop: it checks it against the
+// pool in force (router.Apply), has the control loop stamp, flood and
+// store the next version, installs it here, and answers at once, or for
+// an added server once the server's site has confirmed it.
 func (a *Agent) kvChange(st *kvState, now int64, name string, c api.KVChange, reply chan kvResult) {
 	fail := func(err error) { reply <- kvResult{err: err} }
 	n, t, p := st.find(name)
-	if p == nil {
+	rec, ok := st.records[name]
+	if p == nil || !ok {
 		fail(fmt.Errorf("%w: no kv pool %q at this gateway", api.ErrNotFound, name))
 		return
 	}
-	if slices.ContainsFunc(st.pending, func(q *kvPending) bool { return q.final.Name == name }) {
-		fail(fmt.Errorf("%w: pool %s: another change is waiting for a new server's MAC; try again", api.ErrBadRequest, name))
+	if slices.ContainsFunc(st.pending, func(q *kvPending) bool { return q.pool == name }) {
+		fail(fmt.Errorf("%w: pool %s: another change is waiting for a new server's site to confirm it; try again", api.ErrBadRequest, name))
 		return
 	}
 	ch, err := kvParseChange(c)
@@ -186,8 +202,7 @@ func (a *Agent) kvChange(st *kvState, now int64, name string, c api.KVChange, re
 		fail(err)
 		return
 	}
-	orig := p.Spec()
-	ps, err := router.Apply(t.Subnet(), orig, ch)
+	_, err = router.Apply(t.Subnet(), p.Spec(), ch)
 	switch {
 	case errors.Is(err, router.ErrUnknownServer):
 		fail(fmt.Errorf("%w: %v", api.ErrNotFound, err))
@@ -196,57 +211,59 @@ func (a *Agent) kvChange(st *kvState, now int64, name string, c api.KVChange, re
 		fail(fmt.Errorf("%w: %v", api.ErrBadRequest, err))
 		return
 	}
-	staged := ps
-	if ch.Op == router.AddServer && ch.Server.Site == t.Self() {
-		staged.Servers = slices.Clone(ps.Servers)
-		staged.Servers[len(staged.Servers)-1].Drained = true
-		staged.Version = orig.Version
-	}
-	if err := a.kvInstall(st, n, staged, now); err != nil {
-		fail(err)
+	q := kvChanged(rec, ch)
+	stamped, err := a.kvPublish(q)
+	if err != nil {
+		fail(fmt.Errorf("%w: %v", api.ErrBadRequest, err))
 		return
 	}
-	if staged.Version == ps.Version {
-		a.log.Info("kv pool changed", "pool", name, "change", ch.Op, "server", ch.Server.Addr, "version", ps.Version)
+	a.kvApply(st, []wire.KVPool{stamped}, nil, now)
+	a.log.Info("kv pool changed", "pool", name, "change", ch.Op, "server", ch.Server.Addr, "version", stamped.Version)
+	if ch.Op != router.AddServer {
 		reply <- kvResult{pool: st.view(n, n.port.KV.Load().Pool(name), now)}
 		return
 	}
-	st.pending = append(st.pending, &kvPending{net: n, orig: orig, final: ps, addr: ch.Server.Addr, deadline: now + int64(kvAddWait), reply: reply})
+	st.pending = append(st.pending, &kvPending{pool: name, addr: ch.Server.Addr, site: ch.Server.SiteName, deadline: now + int64(kvConfirmWait), reply: reply})
+	a.kvActivate(st, now) // a server of this site whose MAC is known
+	a.kvFinishPending(st, now)
 }
 
-// kvInstall builds the table with pool ps in place and swaps it into the
-// data path.
-func (a *Agent) kvInstall(st *kvState, n kvNet, ps router.PoolSpec, now int64) error {
-	nt, err := n.port.KV.Load().Replace(ps)
-	if err != nil {
-		return fmt.Errorf("%w: %v", api.ErrBadRequest, err)
+// kvChanged returns pool p after change ch (which router.Apply accepted),
+// its version one higher; an added server is joining.
+func kvChanged(p wire.KVPool, ch router.Change) wire.KVPool {
+	q := p.Clone()
+	q.Version++
+	i := slices.IndexFunc(q.Servers, func(s wire.KVServer) bool { return s.Addr == ch.Server.Addr })
+	switch ch.Op {
+	case router.AddServer:
+		q.Servers = append(q.Servers, wire.KVServer{Addr: ch.Server.Addr, Weight: uint16(ch.Server.Weight), Site: ch.Server.SiteName,
+			Flags: wire.KVServerJoining})
+	case router.RemoveServer:
+		q.Servers = slices.Delete(q.Servers, i, i+1)
+	case router.Drain:
+		q.Servers[i].Flags |= wire.KVServerDrained
+	case router.Undrain:
+		q.Servers[i].Flags &^= wire.KVServerDrained
 	}
-	n.port.KV.Store(nt)
-	st.sync(n, nt, now)
-	return nil
+	return q
 }
 
-// kvFinishPending completes the additions whose server's MAC is now
-// known, and gives up those that waited too long.
+// kvFinishPending answers the additions whose server's site confirmed the
+// server (it takes keys), or gave it up, or did not answer in time.
 func (a *Agent) kvFinishPending(st *kvState, now int64) {
 	st.pending = slices.DeleteFunc(st.pending, func(q *kvPending) bool {
-		p := q.net.port.KV.Load().Pool(q.final.Name)
-		s := p.ServerAt(q.addr)
-		_, known := s.MAC()
+		rec := st.records[q.pool]
+		i := slices.IndexFunc(rec.Servers, func(s wire.KVServer) bool { return s.Addr == q.addr })
+		n, _, p := st.find(q.pool)
 		switch {
-		case known:
-			if err := a.kvInstall(st, q.net, q.final, now); err != nil {
-				q.reply <- kvResult{err: err}
-				return true
-			}
-			a.log.Info("kv pool changed", "pool", q.final.Name, "change", router.AddServer, "server", q.addr, "version", q.final.Version)
-			q.reply <- kvResult{pool: st.view(q.net, q.net.port.KV.Load().Pool(q.final.Name), now)}
+		case i >= 0 && rec.Servers[i].Flags&wire.KVServerJoining == 0 && p != nil:
+			q.reply <- kvResult{pool: st.view(n, p, now)}
+		case i < 0:
+			q.reply <- kvResult{err: fmt.Errorf("%w: pool %s, server %v: site %s had no ARP reply from it within %v on its network; not added",
+				api.ErrBadRequest, q.pool, q.addr, q.site, kvAddWait)}
 		case now > q.deadline:
-			err := a.kvInstall(st, q.net, q.orig, now)
-			if err == nil {
-				err = fmt.Errorf("%w: pool %s, server %v: no ARP reply from it within %v on this site's network; not added", api.ErrBadRequest, q.final.Name, q.addr, kvAddWait)
-			}
-			q.reply <- kvResult{err: err}
+			q.reply <- kvResult{err: fmt.Errorf("%w: pool %s, server %v: site %s has not confirmed it within %v (is the site up?); it is in the pool, joining, and takes no keys until the site confirms it",
+				api.ErrBadRequest, q.pool, q.addr, q.site, kvConfirmWait)}
 		default:
 			return false
 		}
@@ -275,7 +292,11 @@ func (st *kvState) sync(n kvNet, t *router.Table, now int64) {
 			out = append(out, ks)
 		}
 	}
-	for _, p := range t.Pools() {
+	var pools []*router.Pool
+	if t != nil { // nil: the network is gone
+		pools = t.Pools()
+	}
+	for _, p := range pools {
 		for i, s := range p.Servers {
 			ks := old[s]
 			if ks == nil {
@@ -316,12 +337,23 @@ func (st *kvState) view(n kvNet, p *router.Pool, now int64) api.KVPool {
 	spec := p.Spec()
 	v := api.KVPool{Name: p.Name, Network: n.name, Address: p.VIP.String(), Hash: p.Hash.String(), Version: p.Version,
 		Counters: kvPoolCounters(p), Servers: []api.KVServer{}}
+	if r, ok := st.records[p.Name]; ok && r.Version == p.Version {
+		v.Origin = st.names[r.Origin]
+		if v.Origin == "" {
+			v.Origin = r.Origin.String()
+		}
+	}
 	for i, s := range p.Servers {
-		sv := api.KVServer{Address: s.Addr.String(), Site: s.SiteName, Weight: max(spec.Servers[i].Weight, 1), Local: s.Local,
+		sv := api.KVServer{Address: s.Addr.String(), Site: s.SiteName, Weight: max(spec.Servers[i].Weight, 1), Local: s.Local, Shard: s.Shard, Tier: s.Tier,
 			Requests: s.Requests.Load(), Replies: s.Replies.Load(), Failovers: s.FailedOver.Load()}
 		if ks := st.watch(s); ks != nil {
 			sv.State, sv.SinceSeconds, sv.Errors = ks.state, float64(now-ks.since)/1e9, ks.errors
 			sv.Latency = ks.latency()
+		}
+		if r, ok := st.records[p.Name]; ok {
+			if j := slices.IndexFunc(r.Servers, func(x wire.KVServer) bool { return x.Addr == s.Addr }); j >= 0 && r.Servers[j].Flags&wire.KVServerJoining != 0 {
+				sv.State = "joining"
+			}
 		}
 		v.Servers = append(v.Servers, sv)
 	}
@@ -369,5 +401,11 @@ func (a *Agent) kvStatus(s *api.Status) {
 		s.Counters["kv_replies"] += sum.Replies
 		s.Counters["kv_errors"] += sum.Errors
 		s.Counters["kv_failed_over"] += sum.FailedOver
+		// Where reads of replicated pools went (issue 18), for the map page.
+		if reads := p.Counters["reads_local"] + p.Counters["reads_nearby"] + p.Counters["reads_remote"]; reads > 0 {
+			for _, k := range []string{"reads_local", "reads_nearby", "reads_remote", "hedges_sent"} {
+				s.Counters["kv_"+k] += p.Counters[k]
+			}
+		}
 	}
 }

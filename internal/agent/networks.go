@@ -74,7 +74,7 @@ func (a *Agent) Networks() []api.Network {
 		for _, n := range a.netCfg {
 			l := a.shaper.Get(n.ID)
 			out = append(out, api.Network{Name: n.Name, ID: n.ID, TAP: n.TAP, Bridge: n.Bridge, MTU: n.MTU, QueueLen: n.QueueLen,
-				MaxRate: nonZero(config.Rate(l.MaxBps)), MinRate: nonZero(config.Rate(l.MinBps))})
+				MaxRate: nonZero(config.Rate(l.MaxBps)), MinRate: nonZero(config.Rate(l.MinBps)), Subnet: n.Subnet})
 		}
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -84,7 +84,7 @@ func (a *Agent) Networks() []api.Network {
 // Attach implements api.Backend: it opens the network's TAP device and
 // starts carrying its frames.
 func (a *Agent) Attach(r api.Network) (api.Network, error) {
-	n := config.Network{Name: r.Name, ID: r.ID, TAP: r.TAP, Bridge: r.Bridge, MTU: r.MTU, QueueLen: r.QueueLen}
+	n := config.Network{Name: r.Name, ID: r.ID, TAP: r.TAP, Bridge: r.Bridge, MTU: r.MTU, QueueLen: r.QueueLen, Subnet: r.Subnet}
 	if n.MTU == 0 {
 		n.MTU = config.DefaultMTU
 	}
@@ -120,6 +120,7 @@ func (a *Agent) Attach(r api.Network) (api.Network, error) {
 	a.shaper.Set(n.ID, lim)
 	a.do(func() {
 		a.netCfg[n.ID] = n
+		a.kvNetworksChanged() // a pool may serve it
 		err = a.record(func(d *runstate.Doc) { d.Attach(n, a.file) })
 	})
 	if err != nil {
@@ -139,6 +140,7 @@ func (a *Agent) Detach(name string) error {
 	a.do(func() {
 		if n, ok = a.networkByName(name); ok {
 			delete(a.netCfg, n.ID)
+			a.kvNetworksChanged()
 			err = a.record(func(d *runstate.Doc) { d.Detach(name, a.file) })
 		}
 	})

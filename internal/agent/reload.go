@@ -3,7 +3,13 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"sort"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/keys"
+	"github.com/detour-overlay/detour/internal/site"
+	"github.com/detour-overlay/detour/internal/wire"
 
 	"github.com/detour-overlay/detour/internal/api"
 	"github.com/detour-overlay/detour/internal/config"
@@ -37,7 +43,20 @@ func (a *Agent) Reload() (api.Reload, error) {
 // carried out.
 func (a *Agent) reload(file *config.Agent) (api.Reload, error) {
 	res := api.Reload{Applied: []string{}}
-	if err := reload.Diff(a.file, file).Err(); err != nil {
+	pre := reload.Diff(a.file, file)
+	if err := pre.Err(); err != nil {
+		return res, fmt.Errorf("%w: %v; the running configuration stays", api.ErrBadRequest, err)
+	}
+	for _, act := range pre.Actions {
+		if act.Kind != reload.RotateKey {
+			continue
+		}
+		if _, _, err := rotation(file); err != nil {
+			return res, fmt.Errorf("%w: %v; the running configuration stays", api.ErrBadRequest, err)
+		}
+	}
+	seeds, fp, err := a.kvReloadCheck(file)
+	if err != nil {
 		return res, fmt.Errorf("%w: %v; the running configuration stays", api.ErrBadRequest, err)
 	}
 	doc := a.state.Clone()
@@ -67,6 +86,12 @@ func (a *Agent) reload(file *config.Agent) (api.Reload, error) {
 				errs = append(errs, fmt.Errorf("%v: %w", act, err))
 			}
 		}
+	}
+	a.kvNetworksChanged()
+	kvDone, err := a.kvReload(seeds, fp)
+	res.Applied = append(res.Applied, kvDone...)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	for _, n := range res.Notes {
 		a.log.Warn("reload: " + n)
@@ -113,8 +138,77 @@ func (a *Agent) apply(act reload.Action) error {
 		a.shaper.SetSite(float64(act.Rate))
 	case reload.SetUnderlayMTU:
 		a.updateMSS()
+	case reload.RotateKey:
+		return a.rotateFromFiles()
+	case reload.AddPeer, reload.RemovePeer:
+		return a.changePeer(act)
 	}
 	return nil
+}
+
+// changePeer admits or removes a peer of the configuration, on the
+// control loop: a site added to the file joins without a restart, and one
+// removed from it is refused from now on (when listed with its key).
+func (a *Agent) changePeer(act reload.Action) error {
+	cp := act.NewPeer
+	if act.Kind == reload.RemovePeer {
+		cp = act.OldPeer
+	}
+	p := site.Peer{ID: wire.SiteIDFromName(cp.Name)}
+	if cp.Address != "" {
+		addr, err := netip.ParseAddrPort(cp.Address)
+		if err != nil {
+			return fmt.Errorf("peer %s: %w", cp.Name, err)
+		}
+		p.Addr = addr
+	}
+	if cp.PublicKey != "" && a.sec != nil {
+		key, err := keys.ParsePublic(cp.PublicKey)
+		if err != nil {
+			return fmt.Errorf("peer %s: %w", cp.Name, err)
+		}
+		p.Key = key
+	}
+	now := a.clock.Now()
+	var err error
+	if act.Kind == reload.AddPeer {
+		err = a.core.AddPeer(now, p)
+	} else {
+		err = a.core.RemovePeer(now, p)
+	}
+	a.flush()
+	return err
+}
+
+// rotateFromFiles gives the site the private key of the configuration in
+// force and the certificate in its trust.certificate_file (both read
+// again by the reload, which checked them first), on the control loop.
+func (a *Agent) rotateFromFiles() error {
+	priv, cert, err := rotation(a.cfg)
+	if err != nil {
+		return err
+	}
+	if err := a.core.Rotate(a.clock.Now(), priv, cert); err != nil {
+		return fmt.Errorf("trust.certificate_file: %w", err)
+	}
+	a.flush()
+	a.log.Info("key rotated", "public_key", priv.Public().String())
+	return nil
+}
+
+// rotation reads the private key and the certificate a configuration
+// names and checks that the certificate is the CA's, unexpired, and for
+// this site and this key.
+func rotation(cfg *config.Agent) (keys.PrivateKey, []byte, error) {
+	priv, err := keys.ParsePrivate(cfg.PrivateKey)
+	if err != nil {
+		return priv, nil, fmt.Errorf("private key: %w", err)
+	}
+	sec := site.Secure{Private: priv}
+	if err := addTrust(cfg, &sec, time.Now()); err != nil {
+		return priv, nil, err
+	}
+	return priv, sec.Certificate, nil
 }
 
 // openNetwork opens a network's device and starts carrying its frames.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/detour-overlay/detour/internal/ca"
 	"github.com/detour-overlay/detour/internal/config"
-	"github.com/detour-overlay/detour/internal/keys"
+	"github.com/detour-overlay/detour/internal/runstate"
 	"github.com/detour-overlay/detour/internal/site"
 )
 
@@ -47,25 +47,39 @@ func addTrust(cfg *config.Agent, sec *site.Secure, now time.Time) error {
 // Revoke applies a revocation signed by the overlay CA (the file written
 // by `detour ca revoke`, decoded) and floods it to every member.
 func (a *Agent) Revoke(rev []byte) error {
-	// Revocations are not in the run-time state yet: a restarted agent
-	// learns them again from the members that flood them to it.
-	return a.override(func(now time.Time) error { return a.core.Revoke(now, rev) }, nil)
+	return a.override(func(now time.Time) error { return a.core.Revoke(now, rev) }, func(d *runstate.Doc) { d.Revoked(rev) })
 }
 
-// Rotate gives the site a new private key and its certificate (the
-// contents of the files, as `detour genkey` and `detour ca sign` write
-// them): the certificate goes to every member and new sessions are made
-// with the new key while the old ones carry the traffic (site.Core.Rotate).
-// A reload that sees private_key_file and trust.certificate_file changed
-// can call it.
-func (a *Agent) Rotate(privText, certText string) error {
-	priv, err := keys.ParsePrivate(privText)
-	if err != nil {
-		return err
+// restoreRevocations applies the revocations of the run-time state when
+// the agent starts, before any member is met.
+func (a *Agent) restoreRevocations() {
+	now := a.clock.Now()
+	for i, r := range a.state.Revocations {
+		b, err := ca.Decode(r)
+		if err == nil {
+			err = a.core.Revoke(now, b)
+		}
+		if err != nil {
+			a.log.Warn("run-time state: a revocation is not applied", "index", i, "err", err)
+		}
 	}
-	cert, err := ca.Decode(certText)
-	if err != nil {
-		return err
+	_, a.revSeen = a.core.Revocations(0)
+}
+
+// storeRevocations records in the run-time state the revocations the core
+// applied since the last call (flooded by members), on the control loop.
+func (a *Agent) storeRevocations() {
+	revs, n := a.core.Revocations(a.revSeen)
+	if n == a.revSeen {
+		return
 	}
-	return a.override(func(now time.Time) error { return a.core.Rotate(now, priv, cert) }, nil)
+	a.revSeen = n
+	err := a.record(func(d *runstate.Doc) {
+		for _, r := range revs {
+			d.Revoked(r)
+		}
+	})
+	if err != nil {
+		a.log.Error("a revocation is applied but not stored", "err", err)
+	}
 }

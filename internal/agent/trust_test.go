@@ -1,16 +1,21 @@
 package agent
 
 import (
+	"context"
 	"crypto/ed25519"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/ca"
 	"github.com/detour-overlay/detour/internal/config"
+	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/keys"
 	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
@@ -82,9 +87,7 @@ func TestAgentsJoinAndRevokeByCertificate(t *testing.T) {
 		}
 	}()
 	time.Sleep(50 * time.Millisecond)
-	if err := sites[2].a.Rotate(newKey.String(), ca.Encode(cert)); err != nil {
-		t.Fatal(err)
-	}
+	rotateByReload(t, sites[2].a, newKey, ca.Encode(cert))
 	<-done
 	for i := range frames {
 		receive(t, sites[3], ethernet(0xd, 0xc, fmt.Sprintf("gamma to delta %03d", i)))
@@ -95,7 +98,7 @@ func TestAgentsJoinAndRevokeByCertificate(t *testing.T) {
 			t.Errorf("%s does not hold gamma's new key", s.name)
 		}
 	}
-	t.Logf("gamma rotated its key under %d frames to delta, all delivered in order", frames)
+	t.Logf("gamma rotated its key by reload under %d frames to delta, all delivered in order", frames)
 
 	rev, _ := ca.SignRevocation(caKey, &ca.Revocation{Name: "delta", At: time.Now()})
 	at := time.Now()
@@ -115,4 +118,76 @@ func TestAgentsJoinAndRevokeByCertificate(t *testing.T) {
 		}
 	}
 	t.Logf("revocation applied at all three within %v", time.Since(at).Round(time.Millisecond))
+}
+
+// rotateByReload rotates a's key as an operator does: the new key and its
+// certificate are written into the files of a's configuration, and the
+// agent reloads it. A certificate for another key is refused first, with
+// the running key kept.
+func rotateByReload(t *testing.T, a *Agent, key keys.PrivateKey, cert string) {
+	t.Helper()
+	cfg := *a.file
+	cfg.PrivateKey = key.String()
+	b, err := cfg.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), cfg.Site+".yaml")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.cfgPath = file
+	if _, err := a.Reload(); err == nil || !strings.Contains(err.Error(), "another key than this site's private key") {
+		t.Errorf("reload with the old certificate and a new key: %v, want the certificate refused", err)
+	}
+	if err := os.WriteFile(cfg.Trust.CertificateFile, []byte(cert), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.Reload()
+	if err != nil || len(res.Applied) != 1 || !strings.HasPrefix(res.Applied[0], "rotate the site's key") {
+		t.Fatalf("reload with the new key and its certificate: %+v, %v", res, err)
+	}
+}
+
+// TestRevocationsSurviveRestart: a revocation given to the agent is in
+// its state file before the API answers, and an agent started again on
+// that file applies it before meeting anyone.
+func TestRevocationsSurviveRestart(t *testing.T) {
+	_, caKey, _ := ed25519.GenerateKey(nil)
+	nw := transport.NewFakeNetwork()
+	s := startCAAgent(t, nw, caKey, "alpha", 0)
+	cfg := *s.a.cfg
+	dir := t.TempDir()
+	cfg.APISocket = filepath.Join(dir, "api.sock")
+	state := filepath.Join(dir, "alpha.state.json")
+	start := func() *Agent {
+		a, err := New(&cfg, Options{Conn: nw.Listen(netip.MustParseAddrPort("198.18.0.9:4800")),
+			Devices:   map[uint32]device.Device{config.DefaultNetworkID: device.NewFake("detour0", 1400, 64)},
+			Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+			StatePath: state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a := start()
+	rev, _ := ca.SignRevocation(caKey, &ca.Revocation{Name: "mallory", At: time.Now()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	err := a.Revoke(rev)
+	b, _ := os.ReadFile(state)
+	cancel()
+	if rerr := <-done; err != nil || rerr != nil {
+		t.Fatalf("revoke: %v; run: %v", err, rerr)
+	}
+	if !strings.Contains(string(b), strings.TrimSpace(ca.Encode(rev))) {
+		t.Fatalf("state file after the revocation:\n%s", b)
+	}
+
+	again := start()
+	defer again.closeAll()
+	if revs, n := again.core.Revocations(0); n != 1 || string(revs[0]) != string(rev) {
+		t.Errorf("restarted agent applied %d revocations, want mallory's", n)
+	}
 }

@@ -15,9 +15,10 @@ import (
 //	*POST   /v1/kv/pools/{name}/servers/{addr}/drain    drain it: no new keys
 //	*DELETE /v1/kv/pools/{name}/servers/{addr}/drain    undrain it
 //
-// Each change answers with the pool as it is afterwards, its version one
-// higher. Changes apply to this gateway only: nothing distributes them to
-// the other gateways yet (their versions show who is behind).
+// Each change answers with the pool as it is afterwards, at a higher
+// version. A change is distributed to every gateway over the overlay's
+// control plane (docs/kv.md); an added server answers once its own site
+// has confirmed it (learned its MAC).
 
 // KVPool is a pool of the key router at this gateway.
 type KVPool struct {
@@ -26,9 +27,11 @@ type KVPool struct {
 	// Address is the virtual address, IPv4:port.
 	Address string `json:"address"`
 	Hash    string `json:"hash"`
-	// Version is 1 as configured and one more for each change made at
-	// run time at this gateway.
+	// Version is the pool's version in force at this gateway: pools are
+	// distributed, so once a change has spread every gateway shows the
+	// same version. Origin is the site that made it.
 	Version  uint64            `json:"version"`
+	Origin   string            `json:"origin,omitempty"`
 	Servers  []KVServer        `json:"servers"`
 	Counters map[string]uint64 `json:"counters"`
 }
@@ -41,6 +44,10 @@ type KVServer struct {
 	// Local is true for a server on this site's network (checked from
 	// this gateway every 100 ms).
 	Local bool `json:"local"`
+	// Shard is the index of the shard the server holds (a replica of,
+	// in a pool with shards; its own otherwise) and Tier its storage.
+	Shard int    `json:"shard"`
+	Tier  string `json:"tier,omitempty"`
 	// State is up, down (health checks or passive detection), site-down
 	// (the overlay lost its site) or drained.
 	State        string  `json:"state"`
@@ -100,6 +107,7 @@ func (s *Server) kvReads(mux *http.ServeMux) {
 		p, err := b.KVPool(r.PathValue("name"))
 		reply(w, p, err)
 	})
+	s.kvWhy(mux)
 }
 
 func (s *Server) kvChanges(mux *http.ServeMux) {

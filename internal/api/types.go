@@ -114,6 +114,9 @@ type Network struct {
 	QueueLen int    `json:"queue_len,omitempty"`
 	MaxRate  string `json:"max_rate,omitempty"`
 	MinRate  string `json:"min_rate,omitempty"`
+	// Subnet is the network's IPv4 subnet at this site, needed by the
+	// key-value pools that serve the network (empty: none).
+	Subnet string `json:"subnet,omitempty"`
 }
 
 // Limits changes a network's rates (PUT /v1/networks/{name}/limits).

@@ -133,3 +133,41 @@ func TestStatusShowsKVPools(t *testing.T) {
 		t.Errorf("status does not show the pool:\n%s", out.String())
 	}
 }
+
+// detour kv why shows each replica's prediction and its parts.
+func TestKVWhy(t *testing.T) {
+	var got string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.URL.Path + "?" + r.URL.RawQuery
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(api.KVWhy{Pool: "objects", Key: r.URL.Query().Get("key"), Shard: 0, ShardName: "s0", Policy: "predicted",
+			SizeBytes: 102400, SizeKnown: true, SizeClass: "<= 256 KB", Chosen: "198.19.3.1:11211", Reads: 100, Explored: 3, Hedges: 1,
+			Replicas: []api.KVReplicaWhy{
+				{Address: "198.19.2.1:11211", Site: "LAN", Tier: "disk", Local: true, Usable: true, PredictedMs: 21.5, ServiceMs: 21, TransferMs: 0.5,
+					ThroughputMBps: 200, Samples: 4, SampleAgeSeconds: 0.2},
+				{Address: "198.19.3.1:11211", Site: "NEU", Tier: "memory", Usable: true, Chosen: true, PredictedMs: 9.1, RTTMs: 4, ServiceMs: 0.1,
+					TransferMs: 5, ThroughputMBps: 20, Samples: 90},
+				{Address: "198.19.0.1:11211", Site: "BOR", Tier: "memory", PredictedMs: 70, RTTMs: 60},
+			}})
+	}))
+	defer srv.Close()
+	var out, errb bytes.Buffer
+	if code := Main([]string{"kv", "why", "objects", "user/1 x", "--api", strings.TrimPrefix(srv.URL, "http://")}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if got != "/v1/kv/pools/objects/why?key=user%2F1+x" {
+		t.Errorf("agent asked %q", got)
+	}
+	flat := strings.Join(strings.Fields(out.String()), " ")
+	for _, w := range []string{`key "user/1 x": shard 0 (s0), policy predicted`, "102400 bytes (last seen for this key; class <= 256 KB)",
+		"reads go to 198.19.3.1:11211", "198.19.2.1:11211 LAN (here) disk 21.50 0.00 21.00 0.00 0.50 200.0 0 4",
+		"198.19.3.1:11211 NEU memory 9.10 4.00 0.10 0.00 5.00 20.0 0 90 chosen", "70.00 60.00", "down, service time not measured yet"} {
+		if !strings.Contains(flat, w) {
+			t.Errorf("output does not say %q:\n%s", w, out.String())
+		}
+	}
+	out.Reset()
+	if code := Main([]string{"kv", "why", "objects", "k", "--json", "--api", strings.TrimPrefix(srv.URL, "http://")}, &out, &errb); code != 0 || !strings.Contains(out.String(), `"predicted_ms":9.1`) {
+		t.Errorf("--json: exit %d, %s", code, out.String())
+	}
+}

@@ -19,8 +19,8 @@ func init() {
 
 const netUsage = `usage:
   detour net list [--json]
-  detour net create NAME [--tap T] [--bridge B] [--mtu N] [--queue-len N] [--max-rate R] [--min-rate R]   (new network, random id)
-  detour net attach NAME --id ID [--tap T] [--bridge B] [--mtu N] [--queue-len N] [--max-rate R] [--min-rate R]
+  detour net create NAME [--tap T] [--bridge B] [--mtu N] [--queue-len N] [--max-rate R] [--min-rate R] [--subnet P]   (new network, random id)
+  detour net attach NAME --id ID [--tap T] [--bridge B] [--mtu N] [--queue-len N] [--max-rate R] [--min-rate R] [--subnet P]
   detour net detach NAME
   detour net limit NAME [--max-rate R] [--min-rate R]    (empty rate: no limit)
   detour net egress RATE                                  (the site's total egress, 0 for none)
@@ -28,7 +28,9 @@ list reads the agent's API (--api ADDR, --token-file F); the others change the
 overlay through the agent's unix socket (--socket PATH or $DETOUR_SOCKET;
 default /run/detour/detour.sock, or /run/detour/netns/NS.sock in network
 namespace NS), as root or a member of group detour. Rates are in bits per
-second with a unit: 20mbit, 1.5gbit, 800kbit (mbps also means megabits).`
+second with a unit: 20mbit, 1.5gbit, 800kbit (mbps also means megabits).
+--subnet gives the network's IPv4 subnet (10.20.0.0/16): a key-value pool
+whose network id is this network's is routed on it (docs/kv.md).`
 
 func runNet(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -49,6 +51,7 @@ func runNet(args []string, stdout, stderr io.Writer) int {
 	queueLen := fs.Int("queue-len", 0, "frames the TAP device queues for the agent (default: the kernel's)")
 	maxRate := fs.String("max-rate", "", "egress ceiling of the network at this site")
 	minRate := fs.String("min-rate", "", "egress guaranteed to the network at this site")
+	subnet := fs.String("subnet", "", "the network's IPv4 subnet, for the key-value pools that serve it")
 	name, err := parseNamed(fs, rest, sub)
 	if err != nil {
 		return Fail(stderr, "net", err)
@@ -63,7 +66,7 @@ func runNet(args []string, stdout, stderr io.Writer) int {
 	c := changer()
 	switch sub {
 	case "create", "attach":
-		n := api.Network{Name: name, ID: uint32(*id), TAP: *tap, Bridge: *bridge, MTU: *mtu, QueueLen: *queueLen, MaxRate: *maxRate, MinRate: *minRate}
+		n := api.Network{Name: name, ID: uint32(*id), TAP: *tap, Bridge: *bridge, MTU: *mtu, QueueLen: *queueLen, MaxRate: *maxRate, MinRate: *minRate, Subnet: *subnet}
 		if sub == "create" {
 			if *id != 0 {
 				return Fail(stderr, "net", fmt.Errorf("%w: create picks a new id; use attach --id to join an existing network", ErrUsage))

@@ -69,6 +69,9 @@ type Agent struct {
 	// `detour genkey > FILE`, readable by root only), so the configuration
 	// can be shared without the secret. Load reads it into PrivateKey.
 	PrivateKeyFile string `yaml:"private_key_file,omitempty"`
+	// keyRead is set when PrivateKey was read from PrivateKeyFile, so
+	// that a configuration Load returned validates again.
+	keyRead bool
 	// Peers are the other sites this one knows: bootstrap members (those
 	// with an address; one reachable member is enough) and, with
 	// encryption, the accepted set (every site, with its public key).
@@ -236,7 +239,7 @@ func (a *Agent) readKeyFile(doc []byte) error {
 			return Problems{{Field: fmt.Sprintf("peers[%d].public_key", i), Msg: fmt.Sprintf("is this site's own public key, not site %q's", p.Name)}}
 		}
 	}
-	a.PrivateKey = text
+	a.PrivateKey, a.keyRead = text, true
 	return nil
 }
 
@@ -413,7 +416,7 @@ func validateRates(a *Agent, pr *Problems) {
 func validateKeys(a *Agent, pr *Problems) {
 	var own keys.PublicKey
 	switch {
-	case a.PrivateKey != "" && a.PrivateKeyFile != "":
+	case a.PrivateKey != "" && a.PrivateKeyFile != "" && !a.keyRead:
 		pr.add("private_key_file", "set together with private_key: give the key in one place only")
 	case a.PrivateKeyFile != "" && !strings.HasPrefix(a.PrivateKeyFile, "/"):
 		pr.add("private_key_file", "%q is not an absolute path", a.PrivateKeyFile)

@@ -238,6 +238,9 @@ func TestPrivateKeyFile(t *testing.T) {
 	if a.PrivateKey != privA || !a.Encrypted() {
 		t.Errorf("key from file not loaded: %q", a.PrivateKey)
 	}
+	if err := a.Validate(); err != nil {
+		t.Errorf("a configuration Load returned does not validate again (as the agent does): %v", err)
+	}
 	if b, _ := a.Marshal(); strings.Contains(string(b), privA) {
 		t.Errorf("Marshal wrote the key from the file into the config:\n%s", b)
 	}

@@ -17,12 +17,20 @@ const (
 	DefaultKVHash = "ketama"
 	// MaxKVWeight bounds a server's weight.
 	MaxKVWeight = 1000
-	// MaxKVServers bounds the servers of one pool.
+	// MaxKVServers bounds the servers (or shards) of one pool.
 	MaxKVServers = 1024
+	// MaxKVReplicas bounds the replicas of one shard.
+	MaxKVReplicas = 8
+	// DefaultKVPolicy is how a read picks a replica when a pool names no
+	// policy: the lowest predicted fetch time (docs/replicas.md).
+	DefaultKVPolicy = "predicted"
 )
 
 // KVHashes are the placements a pool may name.
 var KVHashes = []string{"ketama", "jump"}
+
+// KVPolicies are the ways a read may pick among a shard's replicas.
+var KVPolicies = []string{"predicted", "local-first", "static-zone", "nearest-rtt"}
 
 // KVPool is a pool of memcached servers that the hosts of a virtual network
 // reach at one virtual address: every gateway routes each request by its
@@ -39,8 +47,52 @@ type KVPool struct {
 	Address string `yaml:"address"`
 	// Hash is the placement of keys: ketama (default) or jump.
 	Hash string `yaml:"hash,omitempty"`
-	// Servers are the pool's memcached servers.
-	Servers []KVServer `yaml:"servers"`
+	// Servers are the pool's memcached servers, each a shard of its own
+	// with one replica. A pool has either Servers or Shards.
+	Servers []KVServer `yaml:"servers,omitempty"`
+	// Shards are the pool's shards, each with one or more replicas (issue
+	// 18): reads go to one replica, writes to all.
+	Shards []KVShard `yaml:"shards,omitempty"`
+	// Policy is how a read picks a shard's replica: predicted (default),
+	// local-first, static-zone or nearest-rtt (docs/replicas.md).
+	Policy string `yaml:"policy,omitempty"`
+	// NearSites is, for static-zone, the declared near zone: its replicas
+	// are tried after this site's own. Every policy counts reads served
+	// there as "nearby" in the metrics.
+	NearSites []string `yaml:"near_sites,omitempty"`
+	// Hedge sends a read still unanswered after its replica's p95 to the
+	// next best replica too (default true for predicted, false otherwise).
+	Hedge *bool `yaml:"hedge,omitempty"`
+}
+
+// KVShard is one shard of a replicated pool: a point set on the ring
+// whose keys every replica holds.
+type KVShard struct {
+	// Name is the shard's ketama name (default: its first replica's
+	// address, as a server's would be).
+	Name string `yaml:"name,omitempty"`
+	// Weight is its share of the keys relative to the others (default 1).
+	Weight int `yaml:"weight,omitempty"`
+	// Replicas are the servers holding the shard's keys.
+	Replicas []KVReplica `yaml:"replicas"`
+}
+
+// KVReplica is one server holding a shard's keys.
+type KVReplica struct {
+	// Address is the server's address on the virtual network (IPv4:port).
+	Address string `yaml:"address"`
+	// Site is the site whose network the server is attached to.
+	Site string `yaml:"site"`
+	// Tier is free text describing its storage (memory, flash, disk).
+	Tier string `yaml:"tier,omitempty"`
+}
+
+// HedgeOn reports whether reads of the pool are hedged.
+func (p *KVPool) HedgeOn() bool {
+	if p.Hedge != nil {
+		return *p.Hedge
+	}
+	return p.Policy == "predicted" || p.Policy == ""
 }
 
 // KVServer is one memcached server of a pool.
@@ -78,9 +130,17 @@ func (p *KVPool) applyDefaults() {
 	if p.Hash == "" {
 		p.Hash = DefaultKVHash
 	}
+	if p.Policy == "" {
+		p.Policy = DefaultKVPolicy
+	}
 	for i := range p.Servers {
 		if p.Servers[i].Weight == 0 {
 			p.Servers[i].Weight = 1
+		}
+	}
+	for i := range p.Shards {
+		if p.Shards[i].Weight == 0 {
+			p.Shards[i].Weight = 1
 		}
 	}
 }
@@ -121,7 +181,76 @@ func validateKVPools(a *Agent, pr *Problems) {
 		if !slices.Contains(KVHashes, p.Hash) {
 			pr.add(field+".hash", "%q is not a placement: ketama or jump", p.Hash)
 		}
-		validateKVServers(field, p, subnet, vip, pr)
+		if !slices.Contains(KVPolicies, p.Policy) {
+			pr.add(field+".policy", "%q is not a policy: predicted, local-first, static-zone or nearest-rtt", p.Policy)
+		}
+		sites := knownSites(a)
+		for j, s := range p.NearSites {
+			if !sites[s] {
+				pr.add(fmt.Sprintf("%s.near_sites[%d]", field, j), "unknown site %q (neither this site nor one of peers)", s)
+			}
+		}
+		if p.Policy == "static-zone" && len(p.NearSites) == 0 {
+			pr.add(field+".near_sites", "missing: static-zone needs the near zone's sites")
+		}
+		switch {
+		case len(p.Shards) > 0 && len(p.Servers) > 0:
+			pr.add(field+".shards", "a pool has either servers or shards, not both")
+		case len(p.Shards) > 0:
+			validateKVShards(field, p, subnet, vip, sites, pr)
+		default:
+			validateKVServers(field, p, subnet, vip, pr)
+		}
+	}
+}
+
+// knownSites returns this site and its peers by name.
+func knownSites(a *Agent) map[string]bool {
+	sites := map[string]bool{a.Site: true}
+	for _, p := range a.Peers {
+		sites[p.Name] = true
+	}
+	return sites
+}
+
+// validateKVShards checks the shards of pool p (at field), whose virtual
+// address is vip; a replica's site must be this site or a peer.
+func validateKVShards(field string, p KVPool, subnet netip.Prefix, vip netip.AddrPort, sites map[string]bool, pr *Problems) {
+	if len(p.Shards) > MaxKVServers {
+		pr.add(field+".shards", "%d shards: a pool holds at most %d", len(p.Shards), MaxKVServers)
+	}
+	seen := map[netip.AddrPort]bool{}
+	names := map[string]bool{}
+	for j, sh := range p.Shards {
+		sf := fmt.Sprintf("%s.shards[%d]", field, j)
+		if sh.Name != "" && names[sh.Name] {
+			pr.add(sf+".name", "duplicate shard name %q", sh.Name)
+		}
+		names[sh.Name] = true
+		if sh.Weight < 1 || sh.Weight > MaxKVWeight {
+			pr.add(sf+".weight", "%d is outside 1..%d", sh.Weight, MaxKVWeight)
+		}
+		if len(sh.Replicas) == 0 || len(sh.Replicas) > MaxKVReplicas {
+			pr.add(sf+".replicas", "%d replicas: a shard needs 1..%d", len(sh.Replicas), MaxKVReplicas)
+		}
+		for k, r := range sh.Replicas {
+			rf := fmt.Sprintf("%s.replicas[%d]", sf, k)
+			ap, ok := kvAddr(rf+".address", r.Address, 0, subnet, pr)
+			switch {
+			case !ok:
+			case ap.Addr() == vip.Addr():
+				pr.add(rf+".address", "%v is the pool's own virtual address", ap.Addr())
+			case seen[ap]:
+				pr.add(rf+".address", "duplicate server %v (a server holds one replica of one shard)", ap)
+			}
+			seen[ap] = true
+			switch {
+			case !nameRE.MatchString(r.Site):
+				pr.add(rf+".site", "%q is not a site name: the site whose network the replica is on", r.Site)
+			case !sites[r.Site]:
+				pr.add(rf+".site", "unknown site %q (neither this site nor one of peers)", r.Site)
+			}
+		}
 	}
 }
 

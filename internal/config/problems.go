@@ -121,6 +121,8 @@ var (
 	unknownField = regexp.MustCompile(`^field (\S+) not found in type (\S+)$`)
 	// cannotRead matches a value of the wrong kind.
 	cannotRead = regexp.MustCompile("^cannot unmarshal !!(\\w+) `(.*)` into (\\S+)$")
+	// cannotReadNode matches a list or mapping where a value was expected.
+	cannotReadNode = regexp.MustCompile(`^cannot unmarshal !!(seq|map) into (\S+)$`)
 )
 
 // decodeProblems turns the YAML decoder's type errors (several per
@@ -144,6 +146,11 @@ func decodeProblems(root *yaml.Node, te *yaml.TypeError) Problems {
 			}
 		} else if c := cannotRead.FindStringSubmatch(sub[2]); c != nil {
 			e.Msg = wrongKind(c[1], c[2], c[3])
+		} else if c := cannotReadNode.FindStringSubmatch(sub[2]); c != nil {
+			e.Msg = wrongKind(c[1], "", c[2])
+			if f := pathOfKind(docBodyOf(root), line, c[1], ""); f != "" {
+				e.Field = f // a list or mapping in a one-line {flow} mapping
+			}
 		}
 		p = append(p, e)
 	}
@@ -247,4 +254,49 @@ func yamlMessage(err error) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// docBodyOf returns the document's top node.
+func docBodyOf(root *yaml.Node) *yaml.Node {
+	if root != nil && root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
+		return root.Content[0]
+	}
+	return root
+}
+
+// pathOfKind returns the path of the first mapping value on line that is
+// a list (tag seq) or a mapping (tag map), or "": the field a value of
+// the wrong kind was given to, which PathAt (scalars only) cannot find
+// when the line holds a flow mapping.
+func pathOfKind(n *yaml.Node, line int, tag, path string) string {
+	if n == nil {
+		return ""
+	}
+	want := map[string]yaml.Kind{"seq": yaml.SequenceNode, "map": yaml.MappingNode}[tag]
+	if want == 0 {
+		return ""
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			sub := k.Value
+			if path != "" {
+				sub = path + "." + k.Value
+			}
+			if p := pathOfKind(v, line, tag, sub); p != "" {
+				return p // the innermost one
+			}
+			if v.Kind == want && v.Line == line {
+				return sub
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if p := pathOfKind(c, line, tag, fmt.Sprintf("%s[%d]", path, i)); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
 }

@@ -1,7 +1,8 @@
 // Package reload compares two configurations of a site's agent and says
 // what a reload must do: the actions that apply the new one to a running
 // agent (networks added, removed or replaced, rate limits, the egress
-// rate, the underlay MTU), and the fields that only a restart can change.
+// rate, the underlay MTU, the peers, the site's key under an overlay CA),
+// and the fields that only a restart can change.
 // It is pure: the agent carries out the plan.
 package reload
 
@@ -27,9 +28,12 @@ const (
 	SetLimits                  // New's max_rate, min_rate and flood_rate
 	SetEgress                  // the site's egress rate
 	SetUnderlayMTU             // the fallback underlay MTU
+	RotateKey                  // a new private key with its certificate (trust.certificate_file)
+	RemovePeer                 // OldPeer leaves the accepted set and the bootstrap addresses
+	AddPeer                    // NewPeer joins them and is greeted at once
 )
 
-var kindNames = [...]string{"remove network", "replace network", "add network", "set limits", "set egress_rate", "set underlay_mtu"}
+var kindNames = [...]string{"remove network", "replace network", "add network", "set limits", "set egress_rate", "set underlay_mtu", "rotate key", "remove peer", "add peer"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -39,6 +43,23 @@ type Action struct {
 	Old, New config.Network // the network's old and new settings
 	Rate     config.Rate    // SetEgress
 	MTU      int            // SetUnderlayMTU
+	// Certificate is the file holding the new key's certificate
+	// (RotateKey).
+	Certificate string
+	// OldPeer and NewPeer are the peer removed or added.
+	OldPeer, NewPeer config.Peer
+}
+
+// describePeer names a peer with what the plan does with it.
+func describePeer(p config.Peer) string {
+	s := p.Name
+	if p.Address != "" {
+		s += " at " + p.Address
+	}
+	if p.PublicKey != "" {
+		s += " (key " + p.PublicKey[:min(8, len(p.PublicKey))] + "...)"
+	}
+	return s
 }
 
 // String describes the action for the log and the operator.
@@ -56,6 +77,12 @@ func (a Action) String() string {
 		return fmt.Sprintf("set egress_rate %v", a.Rate)
 	case SetUnderlayMTU:
 		return fmt.Sprintf("set underlay_mtu %d", a.MTU)
+	case RotateKey:
+		return fmt.Sprintf("rotate the site's key (certificate %s)", a.Certificate)
+	case RemovePeer:
+		return "remove peer " + describePeer(a.OldPeer)
+	case AddPeer:
+		return "add peer " + describePeer(a.NewPeer)
 	}
 	return "?"
 }
@@ -76,7 +103,7 @@ func (p Plan) Err() error {
 	}
 	var why []string
 	for _, f := range p.Restart {
-		if r, ok := restartWhy[f]; ok {
+		if r, ok := restartWhy[strings.Fields(f)[0]]; ok {
 			why = append(why, f+": "+r)
 		}
 	}
@@ -91,12 +118,15 @@ func (p Plan) Err() error {
 // restartWhy explains the fields an operator most expects a reload to
 // apply.
 var restartWhy = map[string]string{
-	"peers": "the accepted public keys and the bootstrap addresses are read at start; " +
-		"sites joining without restarts come with the overlay's certificates",
-	"probe_interval": "failure detection is set up at start",
-	"max_probe_rate": "failure detection is set up at start",
-	"kv_pools":       "key-value pools cannot change at run time yet",
+	"probe_interval":   "failure detection is set up at start",
+	"max_probe_rate":   "failure detection is set up at start",
+	"private_key_file": rotateWhy,
+	"private_key":      rotateWhy,
 }
+
+// rotateWhy says when a reload can change the site's key.
+const rotateWhy = "the members hold this site's key in their peer lists; " +
+	"with an overlay CA (trust) a reload rotates the key, given a certificate for the new one"
 
 func plural(n int) string {
 	if n == 1 {
@@ -107,7 +137,10 @@ func plural(n int) string {
 
 // live are the fields a reload applies: compared action by action, not as
 // a whole.
-var live = map[string]bool{"networks": true, "egress_rate": true, "underlay_mtu": true}
+var live = map[string]bool{"networks": true, "egress_rate": true, "underlay_mtu": true, "peers": true,
+	// The agent distributes the pools the file changed as new versions
+	// (docs/kv.md), so kv_pools are applied live too.
+	"kv_pools": true}
 
 // Diff returns the plan that takes a running agent from old to new. Both
 // must be valid configurations with defaults applied.
@@ -121,6 +154,10 @@ func Diff(old, new *config.Agent) Plan {
 	if old.UnderlayMTU != new.UnderlayMTU {
 		p.Actions = append(p.Actions, Action{Kind: SetUnderlayMTU, MTU: new.UnderlayMTU})
 	}
+	if rotates(old, new) {
+		p.Actions = append(p.Actions, Action{Kind: RotateKey, Certificate: new.Trust.CertificateFile})
+	}
+	p.Actions = append(p.Actions, peerActions(old.Peers, new.Peers)...)
 	sort.SliceStable(p.Actions, func(i, j int) bool { return p.Actions[i].Kind < p.Actions[j].Kind })
 	return p
 }
@@ -138,11 +175,51 @@ func restartFields(old, new *config.Agent) []string {
 		if name == "" || live[name] {
 			continue
 		}
+		if name == "private_key" && rotates(old, new) {
+			continue
+		}
 		if name == "private_key" && old.PrivateKeyFile != "" {
 			name = "private_key_file (its contents)"
 		}
 		if !reflect.DeepEqual(ov.Field(i).Interface(), nv.Field(i).Interface()) {
 			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// rotates reports whether a reload from old to new is a key rotation: the
+// private key changed while the site is admitted by certificate under the
+// same CA, with the same trust section, so the members accept the new key
+// on the new certificate. Without a CA the other sites hold the old key in
+// their peer lists, and a new key needs their configurations changed too.
+func rotates(old, new *config.Agent) bool {
+	return old.PrivateKey != new.PrivateKey && old.PrivateKey != "" && new.PrivateKey != "" &&
+		old.Trust.Enabled() && old.Trust == new.Trust
+}
+
+// peerActions compares the peers by name: a peer whose address or key
+// changed is removed and added again.
+func peerActions(old, new []config.Peer) []Action {
+	var out []Action
+	byName := map[string]config.Peer{}
+	for _, p := range old {
+		byName[p.Name] = p
+	}
+	seen := map[string]bool{}
+	for _, p := range new {
+		seen[p.Name] = true
+		o, ok := byName[p.Name]
+		switch {
+		case !ok:
+			out = append(out, Action{Kind: AddPeer, NewPeer: p})
+		case o != p:
+			out = append(out, Action{Kind: RemovePeer, OldPeer: o}, Action{Kind: AddPeer, NewPeer: p})
+		}
+	}
+	for _, o := range old {
+		if !seen[o.Name] {
+			out = append(out, Action{Kind: RemovePeer, OldPeer: o})
 		}
 	}
 	return out

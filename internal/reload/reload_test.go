@@ -1,10 +1,14 @@
 package reload
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
 	"strings"
 	"testing"
 
+	"github.com/detour-overlay/detour/internal/ca"
 	"github.com/detour-overlay/detour/internal/config"
+	"github.com/detour-overlay/detour/internal/keys"
 )
 
 func parse(t *testing.T, doc string) *config.Agent {
@@ -66,7 +70,64 @@ func TestDiffNeedsRestart(t *testing.T) {
 		"address: 127.0.0.2:4800", "address: 127.0.0.3:4800", "egress_rate: 100mbit", "egress_rate: 100mbit\nprobe_interval: 200ms").Replace(base)
 	p := Diff(parse(t, base), parse(t, newer))
 	err := p.Err()
-	if err == nil || !strings.Contains(err.Error(), "listen, peers, probe_interval changed") || !strings.Contains(err.Error(), "restart") {
+	if err == nil || !strings.Contains(err.Error(), "listen, probe_interval changed") || !strings.Contains(err.Error(), "restart") {
 		t.Errorf("restart fields %v, error %v", p.Restart, err)
 	}
+}
+
+func TestDiffPeers(t *testing.T) {
+	newer := strings.Replace(base, "  - {name: inagi, address: 127.0.0.2:4800}\n",
+		"  - {name: inagi, address: 127.0.0.3:4800}\n  - {name: seoul, address: 127.0.0.4:4800}\n", 1)
+	p := Diff(parse(t, base), parse(t, newer))
+	want := "remove peer inagi at 127.0.0.2:4800; add peer inagi at 127.0.0.3:4800; add peer seoul at 127.0.0.4:4800"
+	if got := describe(p); got != want || p.Err() != nil {
+		t.Errorf("plan %q, error %v; want %q", got, p.Err(), want)
+	}
+	p = Diff(parse(t, newer), parse(t, base))
+	want = "remove peer inagi at 127.0.0.3:4800; remove peer seoul at 127.0.0.4:4800; add peer inagi at 127.0.0.2:4800"
+	if got := describe(p); got != want {
+		t.Errorf("plan back %q, want %q", got, want)
+	}
+}
+
+func TestDiffRotatesKeyOnlyUnderCA(t *testing.T) {
+	k1, k2, peer := mustKey(t), mustKey(t), mustKey(t)
+	peerPub := func() string {
+		k, _ := keys.ParsePrivate(peer)
+		return k.Public().String()
+	}()
+	keyed := func(doc, key string) string {
+		return strings.NewReplacer("listen: 127.0.0.1:4800", "listen: 127.0.0.1:4800\nprivate_key: "+key,
+			"address: 127.0.0.2:4800}", "address: 127.0.0.2:4800, public_key: "+peerPub+"}").Replace(doc)
+	}
+	trusted := strings.Replace(base, "egress_rate: 100mbit",
+		"egress_rate: 100mbit\ntrust:\n  ca_public_key: "+mustCA(t)+"\n  certificate_file: /etc/detour/site.crt", 1)
+
+	p := Diff(parse(t, keyed(trusted, k1)), parse(t, keyed(trusted, k2)))
+	if got, want := describe(p), "rotate the site's key (certificate /etc/detour/site.crt)"; got != want || p.Err() != nil {
+		t.Errorf("a new key under a CA: plan %q (want %q), error %v", got, want, p.Err())
+	}
+	p = Diff(parse(t, keyed(base, k1)), parse(t, keyed(base, k2)))
+	if len(p.Actions) != 0 || p.Err() == nil || !strings.Contains(p.Err().Error(), "private_key changed") ||
+		!strings.Contains(p.Err().Error(), "overlay CA") {
+		t.Errorf("a new key with explicit peer keys: plan %q, error %v; want a restart explained", describe(p), p.Err())
+	}
+}
+
+func mustKey(t *testing.T) string {
+	t.Helper()
+	k, err := keys.Generate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.String()
+}
+
+func mustCA(t *testing.T) string {
+	t.Helper()
+	priv, err := ca.Generate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(priv.Public().(ed25519.PublicKey))
 }

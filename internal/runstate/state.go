@@ -1,7 +1,7 @@
 // Package runstate is the document that keeps what an operator changes at
 // run time through the agent's API (networks attached and detached, rate
-// limits, the egress rate, pins and forbidden relays), so that a restart
-// or a crash loses none of it. It is pure: encoding, decoding, checking,
+// limits, the egress rate, pins and forbidden relays, key-value pools), so
+// that a restart or a crash loses none of it. It is pure: encoding, decoding, checking,
 // the changes, and the merge with the configuration file. The file layer
 // (an atomic, durable write) is in file.go.
 //
@@ -23,8 +23,17 @@
 //	  "egress_rate": "100mbit",
 //	  "pins": { "inagi": ["kobe", "inagi"] },
 //	  "forbidden": [ "kobe" ],
-//	  "kv_pools": null
+//	  "revocations": [ "1w...(a revocation, base64 as detour ca revoke writes it)" ],
+//	  "kv_pools": [ {"name": "cache", "network_id": 1, "address": "198.19.255.250:11211",
+//	                 "hash": "ketama", "version": 3, "origin": 2882343476,
+//	                 "servers": [ {"address": "198.19.1.1:11211", "weight": 1, "site": "BOR"} ]} ],
+//	  "kv_file": { "cache": "5f1c09a2e0b3d4c7" }
 //	}
+//
+// Unlike the rest, kv_pools are not differences from the file but the
+// pools in force, whole, with the version each had on the overlay (see
+// kv.go): pools are distributed between sites, so what a site holds may
+// come from another site's change.
 package runstate
 
 import (
@@ -35,7 +44,9 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
+	"github.com/detour-overlay/detour/internal/ca"
 	"github.com/detour-overlay/detour/internal/config"
 )
 
@@ -64,9 +75,16 @@ type Doc struct {
 	Pins map[string][]string `json:"pins,omitempty"`
 	// Forbidden are the sites forbidden as relays.
 	Forbidden []string `json:"forbidden,omitempty"`
-	// KVPools is reserved for key-value pools changed at run time, which
-	// the API cannot change yet; it must be absent or null.
-	KVPools json.RawMessage `json:"kv_pools,omitempty"`
+	// Revocations are the overlay CA's revocations this site applied,
+	// given by the operator or flooded by a member, in package ca's
+	// encoding (base64), so that a restarted site refuses the revoked
+	// sites from its start.
+	Revocations []string `json:"revocations,omitempty"`
+	// KVPools are the key-value pools in force, as distributed (kv.go).
+	KVPools []KVPool `json:"kv_pools,omitempty"`
+	// KVFile are the fingerprints of the configuration file's pools when
+	// they were last applied, by name, to tell an edited file (kv.go).
+	KVFile map[string]string `json:"kv_file,omitempty"`
 }
 
 // Network is a network attached at run time (config.Network with JSON
@@ -150,6 +168,10 @@ func (d *Doc) normal() *Doc {
 	if len(c.Pins) == 0 {
 		c.Pins = nil
 	}
+	sort.Slice(c.KVPools, func(i, j int) bool { return c.KVPools[i].Name < c.KVPools[j].Name })
+	if len(c.KVFile) == 0 {
+		c.KVFile = nil
+	}
 	return c
 }
 
@@ -159,6 +181,7 @@ func (d *Doc) Clone() *Doc {
 	c.Attached = slices.Clone(d.Attached)
 	c.Detached = slices.Clone(d.Detached)
 	c.Forbidden = slices.Clone(d.Forbidden)
+	c.Revocations = slices.Clone(d.Revocations)
 	c.Limits = maps.Clone(d.Limits)
 	c.Pins = make(map[string][]string, len(d.Pins))
 	for k, v := range d.Pins {
@@ -168,7 +191,14 @@ func (d *Doc) Clone() *Doc {
 		e := *d.Egress
 		c.Egress = &e
 	}
-	c.KVPools = slices.Clone(d.KVPools)
+	c.KVPools = make([]KVPool, len(d.KVPools))
+	for i, p := range d.KVPools {
+		c.KVPools[i] = p.clone()
+	}
+	if len(c.KVPools) == 0 {
+		c.KVPools = nil
+	}
+	c.KVFile = maps.Clone(d.KVFile)
 	return &c
 }
 
@@ -221,8 +251,15 @@ func (d *Doc) Validate() error {
 			bad("an empty site is forbidden")
 		}
 	}
-	if len(d.KVPools) > 0 && string(d.KVPools) != "null" {
-		bad("kv_pools cannot be changed at run time yet and must be null")
+	for i, r := range d.Revocations {
+		if b, err := ca.Decode(r); err != nil {
+			bad("revocations[%d]: %v", i, err)
+		} else if _, err := ca.ParseRevocation(b); err != nil {
+			bad("revocations[%d]: %v", i, err)
+		}
+	}
+	for _, err := range d.validateKV() {
+		bad("%v", err)
 	}
 	return errors.Join(errs...)
 }
@@ -283,6 +320,14 @@ func (d *Doc) Unpin(dest string) { delete(d.Pins, dest) }
 func (d *Doc) Forbid(site string) {
 	if !slices.Contains(d.Forbidden, site) {
 		d.Forbidden = append(d.Forbidden, site)
+	}
+}
+
+// Revoked records a revocation (package ca's encoding) applied at run
+// time, once.
+func (d *Doc) Revoked(rev []byte) {
+	if s := strings.TrimSpace(ca.Encode(rev)); !slices.Contains(d.Revocations, s) {
+		d.Revocations = append(d.Revocations, s)
 	}
 }
 

@@ -7,7 +7,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/detour-overlay/detour/internal/ca"
 	"github.com/detour-overlay/detour/internal/config"
 )
 
@@ -42,6 +44,10 @@ func sample() *Doc {
 	d.SetEgress(200e6)
 	d.Pin("inagi", []string{"kobe", "inagi"})
 	d.Forbid("kobe")
+	caKey, _ := ca.Generate(strings.NewReader(strings.Repeat("k", 32))) // the same key each time
+	rev, _ := ca.SignRevocation(caKey, &ca.Revocation{Name: "mallory", At: time.Unix(1_800_000_000, 0)})
+	d.Revoked(rev)
+	d.Revoked(rev)
 	return d
 }
 
@@ -54,6 +60,9 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	}
 	if string(got.Encode()) != string(b) {
 		t.Errorf("round trip changed the document:\n%s\n%s", b, got.Encode())
+	}
+	if len(got.Revocations) != 1 {
+		t.Errorf("a revocation recorded twice is kept %d times", len(got.Revocations))
 	}
 	if !strings.Contains(string(b), `"max_rate": "20mbit"`) {
 		t.Errorf("rates are not written as the configuration writes them: %s", b)
@@ -71,6 +80,7 @@ func TestDecodeRefuses(t *testing.T) {
 		"two documents":  `{"version":1,"site":"a"}{}`,
 		"min over max":   `{"version":1,"site":"a","limits":{"x":{"max_rate":"1mbit","min_rate":"2mbit"}}}`,
 		"detached twice": `{"version":1,"site":"a","attached":[{"name":"x","id":3}],"detached":["x"]}`,
+		"revocation":     `{"version":1,"site":"a","revocations":["bm90IGEgcmV2b2NhdGlvbg=="]}`,
 	} {
 		if _, err := Decode([]byte(doc)); err == nil {
 			t.Errorf("%s: %s decoded", name, doc)

@@ -86,6 +86,10 @@ type Ready struct {
 	// Rejected counts the control datagrams the control node rejected
 	// (malformed, unknown sender, stale).
 	Rejected uint64
+	// KVPools, when not nil, is the key router's set of pools, which
+	// changed since the last Ready (kvpools.go); the shell routes by it
+	// and stores it.
+	KVPools []wire.KVPool
 }
 
 // Core is one site's protocol state.
@@ -99,6 +103,7 @@ type Core struct {
 	forgot   map[wire.SiteID]bool   // down members whose sessions were dropped
 	send     []Datagram
 	rejected uint64
+	kv       *kvpools // the key router's pools, distributed (kvpools.go)
 }
 
 // secTickInterval is the period of the session timers (handshake retries,
@@ -115,7 +120,9 @@ func New(cfg Config, now time.Time) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Core{node: node, last: now, nextSec: now, changes: map[wire.SiteID]uint64{}, forgot: map[wire.SiteID]bool{}}
+	c := &Core{node: node, last: now, nextSec: now, changes: map[wire.SiteID]uint64{}, forgot: map[wire.SiteID]bool{},
+		kv: newKVPools()}
+	c.kv.nextCheck = now
 	if cfg.Secure != nil {
 		if c.sec, err = newSecure(node.ID(), cfg.Secure); err != nil {
 			return nil, err
@@ -173,6 +180,10 @@ func (c *Core) Receive(now time.Time, from netip.AddrPort, pkt []byte) {
 		c.onCertificate(now, from, pkt)
 		return
 	}
+	if c.sec == nil && isKVMessage(pkt) {
+		c.onKVClear(now, from, pkt)
+		return
+	}
 	if c.sec == nil {
 		if err := c.node.Receive(now, from, pkt); err != nil {
 			c.rejected++
@@ -184,6 +195,8 @@ func (c *Core) Receive(now time.Time, from netip.AddrPort, pkt []byte) {
 	case inner == nil:
 	case len(inner) >= wire.CommonHeaderLen && wire.Type(inner[2]) == wire.TypeRevocation:
 		c.onRevocation(now, site, inner)
+	case isKVMessage(inner):
+		c.onKVMessage(now, site, inner)
 	case c.node.Receive(now, from, inner) != nil:
 		c.rejected++
 	}
@@ -212,6 +225,7 @@ func IsHandshake(pkt []byte) bool {
 func (c *Core) Tick(now time.Time) {
 	now = c.observe(now)
 	c.node.Tick(now)
+	c.kvTick(now)
 	if c.sec != nil && !now.Before(c.nextSec) {
 		c.forgetDown()
 		c.sec.tick(now, c.sendNow)
@@ -245,6 +259,9 @@ func (c *Core) NextDeadline() time.Time {
 	dl := c.node.NextDeadline()
 	if c.sec != nil && (dl.IsZero() || c.nextSec.Before(dl)) {
 		dl = c.nextSec
+	}
+	if dl.IsZero() || c.kv.nextCheck.Before(dl) {
+		dl = c.kv.nextCheck
 	}
 	return dl
 }
@@ -319,6 +336,9 @@ func (c *Core) Ready(now time.Time) Ready {
 	}
 	rd := Ready{Send: sendable(c.send), Switches: c.node.Switches(), Rejected: c.rejected}
 	c.send, c.rejected = nil, 0
+	if c.kv.changed {
+		rd.KVPools, c.kv.changed = c.KVPools(), false
+	}
 	if t := c.node.Table(); t != c.table {
 		rd.Table, rd.Gone = t, c.advance(t)
 	}

@@ -21,6 +21,7 @@ func (c *Core) Counters() map[string]uint64 {
 	for kind, v := range cc.DroppedByKind() {
 		out["control_drop_"+kind] = v
 	}
+	c.kv.counters(out)
 	if c.sec != nil {
 		for k, v := range c.sec.counters() {
 			out[k] = v

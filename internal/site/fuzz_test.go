@@ -17,6 +17,11 @@ func FuzzCoreReceive(f *testing.F) {
 	f.Add(wire.AppendProbe(nil, &wire.Probe{Sender: wire.SiteIDFromName("s1"), Receiver: wire.SiteIDFromName("s0"), Seq: 1, SendTime: 1}))
 	f.Add(make([]byte, wire.HandshakeInitLen))
 	f.Add(make([]byte, wire.SealedOverhead+8))
+	kv := kvPool("cache", 2)
+	kv.Origin, kv.Version = wire.SiteIDFromName("s1"), 1
+	msg, _ := wire.AppendKVPool(nil, wire.SiteIDFromName("s1"), &kv)
+	f.Add(msg)
+	f.Add(wire.AppendKVDigest(nil, wire.SiteIDFromName("s1"), 1, 7))
 	sealed := newNet(f, 2, true, 21)
 	sealed.run(time.Second)
 	clear := newNet(f, 2, false, 21)
@@ -30,6 +35,9 @@ func FuzzCoreReceive(f *testing.F) {
 			c.Ready(h.now)
 			if h == sealed && len(c.Control().Members()) != before {
 				t.Fatalf("a datagram from a stranger made a member of a sealed site")
+			}
+			if len(c.KVPools()) != 0 {
+				t.Fatalf("a datagram from a stranger gave a site a kv pool")
 			}
 		}
 	})

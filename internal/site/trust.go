@@ -264,3 +264,19 @@ func (c *Core) Rotate(now time.Time, priv keys.PrivateKey, cert []byte) error {
 	}
 	return nil
 }
+
+// Revocations returns the revocations this site applied after the first
+// since (package ca's encoding, in the order applied) and how many it
+// applied in all, so that the agent can store the new ones.
+func (c *Core) Revocations(since int) ([][]byte, int) {
+	if c.sec == nil || since >= len(c.sec.trust.revocations) {
+		return nil, since
+	}
+	var out [][]byte
+	for _, m := range c.sec.trust.revocations[since:] {
+		if _, _, body, err := wire.ParseTrust(m, wire.TypeRevocation); err == nil {
+			out = append(out, body)
+		}
+	}
+	return out, len(c.sec.trust.revocations)
+}

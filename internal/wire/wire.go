@@ -96,6 +96,10 @@ func (t Type) String() string {
 		return "certificate"
 	case TypeRevocation:
 		return "revocation"
+	case TypeKVPool:
+		return "kv-pool"
+	case TypeKVDigest:
+		return "kv-digest"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

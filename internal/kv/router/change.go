@@ -76,6 +76,7 @@ var (
 	ErrNotDrained    = errors.New("the server is not drained")
 	ErrTooMany       = fmt.Errorf("a pool holds at most %d servers", MaxServers)
 	ErrOp            = errors.New("unknown change")
+	ErrReplicated    = errors.New("a pool with shards of replicas is changed only in the configuration, for now")
 )
 
 // Apply returns the pool ps after change c, with its version one higher,
@@ -85,6 +86,9 @@ func Apply(subnet netip.Prefix, ps PoolSpec, c Change) (PoolSpec, error) {
 	addr := c.Server.Addr
 	fail := func(err error) (PoolSpec, error) {
 		return ps, fmt.Errorf("pool %s, server %v: %w", ps.Name, addr, err)
+	}
+	if len(ps.Shards) > 0 {
+		return fail(ErrReplicated)
 	}
 	out := clonePool(ps)
 	if out.Version == 0 {
@@ -199,6 +203,8 @@ func cloneSpec(s Spec) Spec {
 
 func clonePool(p PoolSpec) PoolSpec {
 	p.Servers = slices.Clone(p.Servers)
+	p.Shards = slices.Clone(p.Shards)
+	p.NearSites = slices.Clone(p.NearSites)
 	if p.Version == 0 {
 		p.Version = 1
 	}

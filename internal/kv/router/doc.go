@@ -61,6 +61,14 @@
 //     hashing) therefore keeps getting the server's own address, except
 //     in the rare collision with a VIP client's hash within that minute.
 //
+// A pool whose shards have several replicas (issue 18, replicas.go) keeps
+// a third: per request in flight, the replicas it went to and what came
+// back (PendingSlots entries, given up after PendingTTL), and per key hash
+// the value size last seen, under one mutex per pool with the choosers
+// of package replica. It sends a read to one replica and a write to all,
+// and forwards the first reply only. A Worker also holds up to 32 read
+// frames for hedging.
+//
 // # Safety
 //
 // Only hosts of the network's subnet are answered or routed; frames

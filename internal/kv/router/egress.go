@@ -45,9 +45,31 @@ type Worker struct {
 	bufs   [maxOut][]byte
 	spl    []byte
 	n      int
+	nbuf   int // output buffers taken in this call
+	req2   memcache.Request
+
+	// Reads held for hedging (replicas.go).
+	h        frame.Frame
+	hedges   [maxHedges]hedgeSlot
+	nHedges  int
+	hedgeDue int64
 
 	// clients are the MACs of TCP clients of the virtual addresses (tcp.go).
 	clients tcpClients
+}
+
+// take returns the next free output buffer with n bytes, grown if needed
+// (once to the largest frame seen), or nil when all are taken.
+func (w *Worker) take(n int) []byte {
+	if w.nbuf >= len(w.bufs) || n > 65535 {
+		return nil
+	}
+	if n > len(w.bufs[w.nbuf]) {
+		w.bufs[w.nbuf] = make([]byte, n)
+	}
+	b := w.bufs[w.nbuf][:n]
+	w.nbuf++
+	return b
 }
 
 // NewWorker returns a Worker.
@@ -65,7 +87,7 @@ func NewWorker() *Worker {
 // what to send (possibly nothing: dropped and counted, or a reply the
 // router learned from). Frames in outs are valid until the next call.
 func (w *Worker) Egress(t *Table, b []byte, now int64) (handled bool, outs []Output) {
-	w.n = 0
+	w.n, w.nbuf = 0, 0
 	f := &w.f
 	if err := frame.Parse(b, f); err != nil {
 		if err == frame.ErrNotIP && f.EtherType == frame.EtherTypeARP {
@@ -85,6 +107,7 @@ func (w *Worker) Egress(t *Table, b []byte, now int64) (handled bool, outs []Out
 	if p == nil {
 		return false, nil
 	}
+	w.fireHedges(t, now)
 	if f.Frag != frame.FragNone {
 		p.Stats.DropOther.Add(1)
 		return true, nil
@@ -133,12 +156,13 @@ func (w *Worker) arp(t *Table, b []byte) (bool, []Output) {
 	if a.Op() != frame.ARPRequest {
 		return true, nil // a reply to the agent's own request: learned
 	}
-	n := frame.PutARPReply(w.bufs[0], f, a, p.mac[:])
+	out := w.take(outSize)
+	n := frame.PutARPReply(out, f, a, p.mac[:])
 	if n == 0 {
 		return true, nil
 	}
 	p.Stats.ARPReplies.Add(1)
-	w.emit(Output{Frame: w.bufs[0][:n], Local: true})
+	w.emit(Output{Frame: out[:n], Local: true})
 	return true, w.outs[:w.n]
 }
 
@@ -157,6 +181,9 @@ func learnMAC(t *Table, ip uint32, mac []byte) {
 }
 
 func (w *Worker) emit(o Output) {
+	if w.n >= len(w.outs) {
+		return
+	}
 	w.outs[w.n] = o
 	w.n++
 }
@@ -186,7 +213,8 @@ func (w *Worker) request(t *Table, p *Pool, b []byte, u frame.UDP, now int64) {
 		w.fail(p, b, h, err)
 		return
 	}
-	quiet := w.req.Quiet
+	ri := reqInfo{write: w.req.IsWrite(), quiet: w.req.Quiet, track: w.req.Len == len(rest), id: h.RequestID,
+		key: w.req.Key(), valueLen: len(w.req.Value)}
 	var parts []memcache.Part
 	switch {
 	case w.req.Len < len(rest):
@@ -202,7 +230,10 @@ func (w *Worker) request(t *Table, p *Pool, b []byte, u frame.UDP, now int64) {
 			w.fail(p, b, h, err)
 			return
 		}
-		w.route(t, p, f, b, true, o, quiet, now)
+		if !ri.track && p.rep != nil {
+			ri.write = w.anyWrite(rest)
+		}
+		w.route(t, p, f, b, true, o, ri, now)
 		return
 	}
 	if len(parts) > maxOut {
@@ -210,30 +241,46 @@ func (w *Worker) request(t *Table, p *Pool, b []byte, u frame.UDP, now int64) {
 		return
 	}
 	p.Stats.Split.Add(1)
-	for i, part := range parts {
-		nb, ok := w.build(b, i, h, part.Buf)
+	for _, part := range parts {
+		nb, ok := w.build(b, h, part.Buf)
 		if !ok {
 			p.Stats.DropOther.Add(1)
 			continue
 		}
-		w.route(t, p, &w.g, nb, false, part.Server, quiet, now)
+		pri := reqInfo{quiet: ri.quiet}
+		if p.rep != nil {
+			pri.write = w.anyWrite(part.Buf)
+		}
+		w.route(t, p, &w.g, nb, false, part.Server, pri, now)
 	}
 }
 
-// build writes into output buffer i a copy of the request frame b whose
-// UDP payload is the frame header h followed by req, and parses it into
-// w.g.
-func (w *Worker) build(b []byte, i int, h memcache.FrameHeader, req []byte) ([]byte, bool) {
+// anyWrite reports whether the requests in buf (a pipeline) hold a write,
+// for a replicated pool, where writes go to every replica.
+func (w *Worker) anyWrite(buf []byte) bool {
+	for len(buf) > 0 {
+		if memcache.Parse(buf, &w.req2) != nil || w.req2.Len <= 0 {
+			return true // unreadable: to every replica, to be safe
+		}
+		if w.req2.IsWrite() {
+			return true
+		}
+		buf = buf[w.req2.Len:]
+	}
+	return false
+}
+
+// build writes into the next output buffer a copy of the request frame b
+// whose UDP payload is the frame header h followed by req, and parses it
+// into w.g.
+func (w *Worker) build(b []byte, h memcache.FrameHeader, req []byte) ([]byte, bool) {
 	f := &w.f
 	hdr := f.L4 + frame.UDPHeaderLen
 	n := hdr + memcache.FrameHeaderLen + len(req)
-	if n > len(w.bufs[i]) {
-		if n > 65535 {
-			return nil, false
-		}
-		w.bufs[i] = make([]byte, n) // grows once to the largest split seen
+	nb := w.take(n) // grows once to the largest split seen
+	if nb == nil {
+		return nil, false
 	}
-	nb := w.bufs[i][:n]
 	copy(nb, b[:hdr])
 	h.Seq, h.Total = 0, 1
 	h.Put(nb[hdr:])
@@ -252,10 +299,11 @@ func (w *Worker) build(b []byte, i int, h memcache.FrameHeader, req []byte) ([]b
 	return nb, true
 }
 
-// route rewrites the request frame b (parsed in f; the input frame when
-// inPlace) for server o of p (-1: a request without a key, for the first
-// usable server) and emits it.
-func (w *Worker) route(t *Table, p *Pool, f *frame.Frame, b []byte, inPlace bool, o int, quiet bool, now int64) {
+// route sends the request frame b (parsed in f; the input frame when
+// inPlace) to shard o of p (-1: a request without a key, for the first
+// usable shard): to its server, or for a shard of several replicas as
+// routeShard decides.
+func (w *Worker) route(t *Table, p *Pool, f *frame.Frame, b []byte, inPlace bool, o int, ri reqInfo, now int64) {
 	if o < 0 || !p.usable(o) {
 		o = p.firstUsable()
 	}
@@ -263,7 +311,21 @@ func (w *Worker) route(t *Table, p *Pool, f *frame.Frame, b []byte, inPlace bool
 		p.Stats.DropNoServer.Add(1)
 		return
 	}
-	s := p.Servers[o]
+	if sh := p.Shards[o]; sh.chooser != nil {
+		w.routeShard(t, p, f, b, inPlace, o, ri, now)
+		return
+	}
+	j := p.Shards[o].Replicas[0]
+	if p.rep != nil && !ri.write {
+		p.countRead(p.Servers[j])
+	}
+	w.send(t, p, f, b, inPlace, j, ri.quiet, now)
+}
+
+// send rewrites the request frame b (parsed in f; the input frame when
+// inPlace) for server j of p and emits it.
+func (w *Worker) send(t *Table, p *Pool, f *frame.Frame, b []byte, inPlace bool, j int, quiet bool, now int64) {
+	s := p.Servers[j]
 	ip := f.IPv4(b)
 	src := be32b(ip.Src())
 	sport := binary.BigEndian.Uint16(b[f.L4:])
@@ -322,7 +384,10 @@ func (w *Worker) fail(p *Pool, b []byte, h memcache.FrameHeader, err error) {
 	p.Stats.Errors.Add(1)
 	f := &w.f
 	ip := f.IPv4(b)
-	out := w.bufs[w.n]
+	out := w.take(outSize)
+	if out == nil {
+		return
+	}
 	l := frame.PutEthernet(out, frame.Src(b), p.mac[:], f.VLAN, f.TCI, frame.EtherTypeIPv4)
 	l4 := l + frame.IPv4HeaderLen
 	pay := l4 + frame.UDPHeaderLen
@@ -372,6 +437,12 @@ func (w *Worker) localReply(t *Table, b []byte, dst, src uint32, sport, port uin
 		s := p.server(src, sport)
 		if fl == nil || s == nil || !s.Local {
 			continue
+		}
+		if p.rep != nil && f.End-f.L4 > frame.UDPHeaderLen {
+			if fwd, _ := p.reply(s, fl.ip, fl.port, b[f.L4+frame.UDPHeaderLen:f.End], now); !fwd {
+				s.replied(now)
+				return // another replica answered first
+			}
 		}
 		var cip [4]byte
 		binary.BigEndian.PutUint32(cip[:], fl.ip)

@@ -46,23 +46,50 @@ func (in *Inbound) Deliver(t *Table, b []byte, now int64) bool {
 	}
 	src, dst := be32b(ip.Src()), be32b(ip.Dst())
 	u := frame.UDP(b[f.L4:f.End])
-	sport := u.SrcPort()
+	sport, dport := u.SrcPort(), u.DstPort()
+	var first *Pool
+	var firstS *Server
 	for _, p := range t.pools {
 		s := p.server(src, sport)
 		if s == nil {
 			continue
 		}
-		if !t.inSubnet(dst) || !t.marked(dst, u.DstPort(), now) {
+		if !t.inSubnet(dst) || !t.marked(dst, dport, now) {
 			return true // a host talking to the server directly
 		}
-		if f.RewriteSrc(b, p.vip[:], p.port) {
-			copy(frame.Src(b), p.mac[:])
-			s.replied(now)
-			p.Stats.Replies.Add(1)
+		if first == nil {
+			first, firstS = p, s
 		}
+		if p.rep == nil {
+			continue
+		}
+		// A replicated pool that awaits this reply: the pool the client
+		// asked, even when the server is in several pools.
+		fwd, matched := p.reply(s, dst, dport, b[f.L4+frame.UDPHeaderLen:f.End], now)
+		if !matched {
+			continue
+		}
+		if !fwd {
+			s.replied(now)
+			return false // another replica answered first
+		}
+		in.rewriteReply(p, s, b, now)
 		return true
 	}
+	if first != nil {
+		in.rewriteReply(first, firstS, b, now)
+	}
 	return true
+}
+
+// rewriteReply gives server s's reply b the source of pool p's virtual
+// address and MAC.
+func (in *Inbound) rewriteReply(p *Pool, s *Server, b []byte, now int64) {
+	if in.f.RewriteSrc(b, p.vip[:], p.port) {
+		copy(frame.Src(b), p.mac[:])
+		s.replied(now)
+		p.Stats.Replies.Add(1)
+	}
 }
 
 // request gives a request forwarded to a server of this site the server's

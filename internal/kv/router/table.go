@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 
+	"github.com/detour-overlay/detour/internal/kv/replica"
 	"github.com/detour-overlay/detour/internal/kv/ring"
 	"github.com/detour-overlay/detour/internal/wire"
 )
@@ -30,7 +32,25 @@ type PoolSpec struct {
 	// Version counts the pool's definitions: 1 as configured, one more
 	// for each change made at run time (see Apply).
 	Version uint64
+	// Servers are every server of the pool. Without Shards each is a
+	// shard of its own (the ring's entries in this order); with Shards,
+	// each is a replica of Shards[Shard].
 	Servers []ServerSpec
+	// Shards, when set, are the ring's entries, each held by the servers
+	// naming it (issue 18; see replicas.go).
+	Shards []ShardSpec
+	// Policy is how a read picks a shard's replica, NearSites the sites
+	// of the declared near zone, and Hedge whether reads are hedged.
+	Policy    replica.Policy
+	NearSites []wire.SiteID
+	Hedge     bool
+}
+
+// ShardSpec is one shard of a replicated pool.
+type ShardSpec struct {
+	// Name is the ketama name ("": its first replica's host[:port]).
+	Name   string
+	Weight uint32
 }
 
 // ServerSpec is one server of a pool.
@@ -42,6 +62,10 @@ type ServerSpec struct {
 	// Drained keeps the server in the ring but sends it no keys: its keys
 	// go to their failover until it is undrained.
 	Drained bool
+	// Shard is the index in PoolSpec.Shards of the shard the server is a
+	// replica of (with Shards only), and Tier its storage, free text.
+	Shard int
+	Tier  string
 }
 
 // DefaultRateLimit is the requests per second a source may send when the
@@ -75,15 +99,25 @@ type Pool struct {
 	port    uint16
 	mac     [6]byte
 	ring    *ring.Ring
-	// Servers are in configuration order, the ring's indexes. A server
-	// that stays across a change at run time keeps its *Server (its
-	// health, MAC and counters).
+	// Servers are in configuration order. A server that stays across a
+	// change at run time keeps its *Server (its health, MAC and
+	// counters).
 	Servers []*Server
 	// Drained[i] is true when Servers[i] takes no keys (see ServerSpec).
 	Drained []bool
-	spec    PoolSpec
-	owner   func(key []byte) int // the ring's owner with failover, bound once
-	skip    func(i int) bool
+	// Shards are the ring's entries (its indexes), each with its
+	// replicas; a pool without shards in its spec has one per server,
+	// Shards[i] holding Servers[i] alone.
+	Shards []*Shard
+	// Policy is how reads pick a replica; Hedge whether they are hedged.
+	Policy replica.Policy
+	Hedge  bool
+	// rep is the replicated pools' soft state, nil when every shard has
+	// one replica.
+	rep   *repState
+	spec  PoolSpec
+	owner func(key []byte) int // the ring's owner with failover, bound once
+	skip  func(i int) bool
 	// Stats are the pool's counters, shared by the pool's successors
 	// across changes at run time.
 	Stats *PoolStats
@@ -106,6 +140,19 @@ type PoolStats struct {
 	FailedOver     atomic.Uint64 // requests sent to a failover because the owner was down
 	HealthReplies  atomic.Uint64 // health-check replies seen
 	LearnedServers atomic.Uint64 // server MACs learned
+
+	// Replicated pools (issue 18): where reads went, the extra requests
+	// and the soft state's fate.
+	ReadsLocal     atomic.Uint64 // reads sent to a replica at this site
+	ReadsNearby    atomic.Uint64 // ... at a near site (near_sites, or path RTT below NearbyRTT without them)
+	ReadsRemote    atomic.Uint64 // ... elsewhere
+	Explorations   atomic.Uint64 // reads also sent to another replica to refresh its estimate
+	HedgesSent     atomic.Uint64 // reads sent to a second replica after the first's p95
+	HedgesWon      atomic.Uint64 // hedges whose reply reached the client first
+	WritesReplicas atomic.Uint64 // write copies sent (one per replica)
+	DupReplies     atomic.Uint64 // replies dropped: another replica answered first
+	PendingEvicted atomic.Uint64 // request soft state evicted while still awaited
+	PendingExpired atomic.Uint64 // request soft state given up after PendingTTL
 }
 
 // Server is one server of a pool.
@@ -114,9 +161,16 @@ type Server struct {
 	Site     wire.SiteID
 	SiteName string
 	Local    bool
-	ip       [4]byte
-	ip32     uint32
-	port     uint16
+	// Tier is the replica's storage (free text); Shard the index of its
+	// shard in Pool.Shards and Replica its index among the shard's
+	// replicas.
+	Tier           string
+	Shard, Replica int
+	near           bool
+	rtt            atomic.Int64 // path round trip (ns), set by the agent
+	ip             [4]byte
+	ip32           uint32
+	port           uint16
 
 	mac      atomic.Uint64 // 0: unknown
 	down     atomic.Bool   // set by the agent's health checks
@@ -191,12 +245,11 @@ func newPool(t *Table, ps PoolSpec, old *Pool) (*Pool, error) {
 	}
 	p.vip32 = be32(p.vip)
 	p.mac = VirtualMAC(ps.VIP.Addr())
-	rs := make([]ring.Server, len(ps.Servers))
-	for i, s := range ps.Servers {
+	p.Policy, p.Hedge = ps.Policy, ps.Hedge
+	for _, s := range ps.Servers {
 		if !s.Addr.Addr().Is4() {
 			return nil, fmt.Errorf("router: pool %s: server %v is not IPv4", ps.Name, s.Addr)
 		}
-		rs[i] = ring.Server{Host: s.Addr.Addr().String(), Port: s.Addr.Port(), Weight: s.Weight}
 		var srv *Server
 		if old != nil {
 			if o := old.ServerAt(s.Addr); o != nil && o.Site == s.Site {
@@ -208,8 +261,14 @@ func newPool(t *Table, ps PoolSpec, old *Pool) (*Pool, error) {
 				ip: s.Addr.Addr().As4(), port: s.Addr.Port()}
 			srv.ip32 = be32(srv.ip)
 		}
+		srv.Tier = s.Tier
+		srv.near = slices.Contains(ps.NearSites, s.Site)
 		p.Servers = append(p.Servers, srv)
 		p.Drained = append(p.Drained, s.Drained)
+	}
+	rs, err := p.buildShards(ps, old)
+	if err != nil {
+		return nil, err
 	}
 	r, err := ring.New(ps.Hash, rs)
 	if err != nil {
@@ -223,15 +282,25 @@ func newPool(t *Table, ps PoolSpec, old *Pool) (*Pool, error) {
 			return o
 		}
 		p.Stats.FailedOver.Add(1)
-		p.Servers[o].FailedOver.Add(1)
+		p.Servers[p.Shards[o].Replicas[0]].FailedOver.Add(1)
 		return p.ring.Next(key, p.skip)
 	}
 	return p, nil
 }
 
-// usable reports whether server i may take requests: healthy, its site
-// reachable, and not drained.
-func (p *Pool) usable(i int) bool { return !p.Drained[i] && p.Servers[i].Usable() }
+// usable reports whether shard i may take requests: one of its replicas
+// is healthy, its site reachable, and not drained.
+func (p *Pool) usable(i int) bool {
+	for _, j := range p.Shards[i].Replicas {
+		if p.serverUsable(j) {
+			return true
+		}
+	}
+	return false
+}
+
+// serverUsable reports whether server j may take requests.
+func (p *Pool) serverUsable(j int) bool { return !p.Drained[j] && p.Servers[j].Usable() }
 
 // VirtualMAC is the MAC address a pool's virtual address answers ARP
 // with: locally administered and unicast, 02:6b followed by the address,
@@ -283,11 +352,13 @@ func (t *Table) anyPoolByIP(ip uint32) *Pool {
 // MAC returns the pool's virtual MAC.
 func (p *Pool) MAC() [6]byte { return p.mac }
 
-// Owner returns the server a key goes to now: its ring owner, or the
-// failover when the owner is down; -1 when every server is down.
+// Owner returns the shard a key goes to now (for a pool without shards
+// in its spec, the server): its ring owner, or the failover when every
+// replica of the owner is down; -1 when every shard is down.
 func (p *Pool) Owner(key []byte) int { return p.owner(key) }
 
-// RingOwner returns the key's owner on the ring, whatever its health.
+// RingOwner returns the key's owner on the ring (a shard, or for a pool
+// without shards in its spec the server), whatever its health.
 func (p *Pool) RingOwner(key []byte) int { return p.ring.Owner(key) }
 
 // server returns the server at ip:port.

@@ -279,10 +279,23 @@ func (t *Terminator) release(a netip.Addr) {
 	t.stats.Active.Add(-1)
 }
 
-// poolRouter adapts a pool to proxy.Router.
+// poolRouter adapts a pool to proxy.Router: the key's shard (its ring
+// owner, or the failover), and of the shard its first usable replica (a
+// pool without replicas has one server per shard).
 type poolRouter struct{ p *router.Pool }
 
-func (r poolRouter) Owner(key []byte) int { return r.p.Owner(key) }
+func (r poolRouter) Owner(key []byte) int {
+	o := r.p.Owner(key)
+	if o < 0 || o >= len(r.p.Shards) {
+		return -1
+	}
+	for _, j := range r.p.Shards[o].Replicas {
+		if r.p.Servers[j].Usable() && !r.p.Drained[j] {
+			return j
+		}
+	}
+	return -1
+}
 
 func (r poolRouter) Any() int {
 	for i, s := range r.p.Servers {

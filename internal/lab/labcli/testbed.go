@@ -35,6 +35,7 @@ const testbedUsage = `usage: detour-lab testbed COMMAND [ARGS]
 
   up SCENARIO [--overlay none|vxlan|tinc|detour|detour-plain|wireguard|easytier] [--underlay emulator|kernel]
         [--underlay-mtu N] [--host-mtu N] [--foreground] [--detour-bin PATH]
+        [--underlay-ipv6] [--ca] [--hold SITE,...]
         bring up a testbed; SCENARIO is a file or a shipped name
         (%s); --underlay kernel joins the gateways with plain kernel
         links (no emulated delay; link, truth and traffic are unavailable);
@@ -42,7 +43,9 @@ const testbedUsage = `usage: detour-lab testbed COMMAND [ARGS]
         $DETOUR_BIN, else the file detour next to detour-lab;
         wireguard (VXLAN over wireguard-go) and easytier (EasyTier,
         routed, no Layer 2) are the peers the benchmarks compare, installed
-        by scripts/install-peers.sh only
+        by scripts/install-peers.sh only; --ca runs the detour agents
+        under an overlay CA (certificates, peers by address only);
+        --hold starts the named sites' agents only at restart-agent
   down                         remove every namespace, link and process
   status [--json]              what is up
   exec SITE[/HOST] [--gateway] -- CMD...
@@ -59,7 +62,11 @@ const testbedUsage = `usage: detour-lab testbed COMMAND [ARGS]
   restart-agent SITE [--kill] [--pause D] [--detour-bin PATH]
                                stop a site's detour agent (SIGTERM, or
                                SIGKILL with --kill: a crash) and start it
-                               again with the same configuration after D
+                               again with the same configuration after D;
+                               a site held back by up --hold starts
+  nat-rebind SITE [--port N]   give a NATed site's gateway a new mapping
+                               (source port N, default 40001) and flush
+                               the old ones, as a NAT that restarts
   scenario NAME                print a shipped scenario's YAML
   ui SITE [--listen ADDR]      SITE's map page with the emulator's truth beside
                                the agent's estimates (default 127.0.0.1:7450)
@@ -86,7 +93,7 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	sub := map[string]func([]string, io.Writer, io.Writer) error{
 		"up": tbUp, "down": tbDown, "status": tbStatus, "exec": tbExec, "link": tbLink,
 		"truth": tbTruth, "traffic": tbTraffic, "scenario": tbScenario, "wanem": tbWanem, "migrate": tbMigrate,
-		"restart-agent": tbRestartAgent, "flood": tbFlood, "ui": tbUI,
+		"restart-agent": tbRestartAgent, "nat-rebind": tbNATRebind, "flood": tbFlood, "ui": tbUI,
 	}
 	run, ok := sub[args[0]]
 	if !ok {
@@ -152,6 +159,8 @@ func tbUp(args []string, stdout, stderr io.Writer) error {
 	hostMTU := fs.Int("host-mtu", 0, "the hosts' MTU (default: the underlay MTU less the overlay's overhead)")
 	fg := fs.Bool("foreground", false, "stay in the foreground; Ctrl-C or SIGTERM tears the testbed down")
 	prefix := fs.String("prefix", envOr("DETOUR_TESTBED_PREFIX", testbed.DefaultPrefix), "prefix of namespace names")
+	caTrust := fs.Bool("ca", false, "with --overlay detour: admit sites by certificates of an overlay CA the testbed makes (keys, certificates and the CA key in STATE/detour) instead of explicit key lists")
+	hold := fs.String("hold", "", "comma-separated sites whose agents are configured but not started, and not named in the others' configurations; start one later with restart-agent SITE, as a site joining")
 	detour := detourFlag(fs)
 	pos, _, err := parseArgs(fs, args)
 	if err != nil {
@@ -170,6 +179,7 @@ func tbUp(args []string, stdout, stderr io.Writer) error {
 	st, err := testbed.Up(ctx, testbed.Options{
 		Scenario: pos[0], Overlay: *overlay, Underlay: *underlay, UnderlayMTU: *mtu, HostMTU: *hostMTU, StateDir: *state,
 		Prefix: *prefix, Self: self, Detour: *detour, Log: stderr, UnderlayIPv6: *ipv6,
+		CA: *caTrust, Hold: splitList(*hold),
 	})
 	if err != nil {
 		return err
@@ -463,7 +473,8 @@ func tbMigrate(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// tbRestartAgent stops and restarts one site's detour agent.
+// tbRestartAgent stops and restarts one site's detour agent, or starts
+// one held back by up --hold.
 func tbRestartAgent(args []string, stdout, stderr io.Writer) error {
 	fs, state := newFlags("restart-agent", stderr)
 	kill := fs.Bool("kill", false, "stop with SIGKILL (no leave) instead of SIGTERM")
@@ -481,6 +492,24 @@ func tbRestartAgent(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "agent of %s restarted (pid %d), API answering %.0f ms after the stop\n", pos[0], r.PID, float64(r.Down.Microseconds())/1000)
+	return nil
+}
+
+// tbNATRebind gives a NATed site a new NAT mapping.
+func tbNATRebind(args []string, stdout, stderr io.Writer) error {
+	fs, state := newFlags("nat-rebind", stderr)
+	port := fs.Int("port", testbed.NATPort+1, "the new source port of the site's NAT")
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 1, "one SITE"); err != nil {
+		return err
+	}
+	if err := testbed.RebindNAT(*state, pos[0], *port); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s's NAT now maps its agent to port %d; old mappings flushed\n", pos[0], *port)
 	return nil
 }
 

@@ -24,7 +24,7 @@ func TestKVScenarioAgentConfig(t *testing.T) {
 	dir := t.TempDir()
 	for i := range st.Sites {
 		file := filepath.Join(dir, "a.yaml")
-		if err := writeAgentConfig(st, sc, i, nil, file); err != nil {
+		if err := writeAgentConfig(st, sc, i, nil, file, Options{}); err != nil {
 			t.Fatal(err)
 		}
 		a, err := config.Load(file)

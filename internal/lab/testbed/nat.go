@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/lab/scenario"
 )
@@ -29,8 +31,8 @@ import (
 const NATPort = 40000
 
 // natRules returns the nftables ruleset of a NATed gateway with underlay
-// address addr.
-func natRules(addr string) string {
+// address addr whose mapping is port.
+func natRules(addr string, port int) string {
 	return fmt.Sprintf(`table ip detour_nat {
 	chain post {
 		type nat hook postrouting priority srcnat; policy accept;
@@ -42,7 +44,7 @@ func natRules(addr string) string {
 		iifname "wan0" udp dport { %d, %d } drop
 	}
 }
-`, agentPort, addr, NATPort, agentPort, NATPort)
+`, agentPort, addr, port, agentPort, port)
 }
 
 // setupNAT installs the NAT of every site that has one.
@@ -58,7 +60,7 @@ func setupNAT(st *State, sc *scenario.Scenario, o Options) error {
 			return fmt.Errorf("site %s: nat is IPv4 only", s.Name)
 		}
 		cmd := exec.Command("ip", "netns", "exec", st.Sites[i].Gateway, "nft", "-f", "-")
-		cmd.Stdin = strings.NewReader(natRules(st.Sites[i].Underlay))
+		cmd.Stdin = strings.NewReader(natRules(st.Sites[i].Underlay, NATPort))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("site %s: nft: %v: %s", s.Name, err, out)
 		}
@@ -82,4 +84,34 @@ func peerAddr(st *State, sc *scenario.Scenario, j int) string {
 		return ""
 	}
 	return agentAddr(st, st.Sites[j])
+}
+
+// RebindNAT gives a NATed site a new mapping, as a NAT that restarts or
+// times a mapping out does: its agent's datagrams leave from port from
+// now on, and the old mappings (the gateway's conntrack entries) are
+// flushed, so that every flow, the established ones too, takes the new
+// one. The other sites are told nothing.
+func RebindNAT(dir, site string, port int) error {
+	st, err := LoadState(dir)
+	if err != nil {
+		return err
+	}
+	s := st.Site(site)
+	if s == nil {
+		return fmt.Errorf("unknown site %q", site)
+	}
+	if port <= 0 || port > 65535 || port == agentPort {
+		return fmt.Errorf("--port %d: want 1..65535, not the agents' port %d", port, agentPort)
+	}
+	cmd := exec.Command("ip", "netns", "exec", s.Gateway, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader("delete table ip detour_nat\n" + natRules(s.Underlay, port))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("site %s: nft: %v: %s (is the site NATed? nat: true in the scenario)", site, err, out)
+	}
+	return inNamespace(s.Gateway, func() error {
+		if err := netlink.ConntrackTableFlush(netlink.ConntrackTable); err != nil {
+			return fmt.Errorf("site %s: flushing the NAT's mappings: %w", site, err)
+		}
+		return nil
+	})
 }

@@ -244,11 +244,19 @@ func startDetour(ctx context.Context, st *State, sc *scenario.Scenario, o Option
 	if err != nil {
 		return err
 	}
-	var started []Proc
+	if o.CA {
+		if err := writeTrust(o.StateDir, st, privs); err != nil {
+			return err
+		}
+	}
+	started := map[int]Proc{}
 	for i, site := range st.Sites {
 		file := filepath.Join(cdir, tincName(site.Name)+".yaml")
-		if err := writeAgentConfig(st, sc, i, privs, file); err != nil {
+		if err := writeAgentConfig(st, sc, i, privs, file, o); err != nil {
 			return err
+		}
+		if st.held(site.Name) {
+			continue
 		}
 		name := "agent-" + tincName(site.Name)
 		p, err := startDetached(o.StateDir, name, "ip", "netns", "exec", site.Gateway, o.Detour, "agent", "--config", file)
@@ -256,12 +264,15 @@ func startDetour(ctx context.Context, st *State, sc *scenario.Scenario, o Option
 			return err
 		}
 		st.Procs = append(st.Procs, p)
-		started = append(started, p)
+		started[i] = p
 		if err := st.Save(o.StateDir); err != nil {
 			return err
 		}
 	}
 	for i, site := range st.Sites {
+		if st.held(site.Name) {
+			continue
+		}
 		gw := site.Gateway
 		err := waitFor(ctx, 10*time.Second, started[i], o.StateDir, func() bool {
 			return exec.Command("ip", "netns", "exec", gw, o.Detour, "status", "--api", config.DefaultAPI).Run() == nil
@@ -304,8 +315,10 @@ func testbedProbeRate(n int) int {
 }
 
 // writeAgentConfig writes site i's agent configuration: every other site
-// is a bootstrap peer, with its public key when privs is not nil.
-func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.PrivateKey, file string) error {
+// is a bootstrap peer, with its public key when privs is not nil, by
+// address only under an overlay CA (o.CA), and sites held back (o.Hold)
+// only in their own configurations.
+func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.PrivateKey, file string, o Options) error {
 	site := st.Sites[i]
 	a := config.Agent{
 		Site:   site.Name,
@@ -322,7 +335,14 @@ func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.Priv
 		TestClockOffset: sc.Sites[i].ClockOffset.D(),
 		MaxProbeRate:    testbedProbeRate(len(st.Sites)),
 	}
-	if privs != nil {
+	switch {
+	case o.CA:
+		trust, err := caTrust(o.StateDir, site.Name)
+		if err != nil {
+			return err
+		}
+		a.PrivateKeyFile, a.Trust = SiteKeyFile(o.StateDir, site.Name), trust
+	case privs != nil:
 		a.PrivateKey = privs[i].String()
 	}
 	if pools, subnet := agentKVPools(st); pools != nil {
@@ -330,11 +350,14 @@ func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.Priv
 	}
 	natAgent(sc, i, &a)
 	for j, peer := range st.Sites {
-		if j == i {
+		if j == i || (st.held(peer.Name) && !st.held(site.Name)) {
 			continue
 		}
 		p := config.Peer{Name: peer.Name, Address: peerAddr(st, sc, j)}
-		if privs != nil {
+		if o.CA && p.Address == "" {
+			continue // a NATed site: the CA admits it when it comes
+		}
+		if privs != nil && !o.CA {
 			p.PublicKey = privs[j].Public().String()
 		}
 		a.Peers = append(a.Peers, p)
@@ -356,6 +379,9 @@ func waitOverlay(ctx context.Context, st *State, timeout time.Duration) error {
 	src := st.Sites[0].Hosts[0].NS
 	deadline := time.Now().Add(timeout)
 	for _, site := range st.Sites[1:] {
+		if st.held(site.Name) {
+			continue
+		}
 		dst := site.Hosts[0].Addr
 		for {
 			err := exec.CommandContext(ctx, "ip", "netns", "exec", src, "ping", "-c1", "-W0.5", "-q", dst).Run()

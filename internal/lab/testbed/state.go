@@ -50,6 +50,8 @@ type State struct {
 	UnderlayIPv6 bool `json:"underlay_ipv6,omitempty"`
 	// Migrations counts host migrations, to name their new ports.
 	Migrations int `json:"migrations,omitempty"`
+	// Held are the sites whose agents Up did not start (Options.Hold).
+	Held []string `json:"held,omitempty"`
 	// KVPools are the scenario's memcached pools (kv.go).
 	KVPools []KVPoolState `json:"kv_pools,omitempty"`
 }

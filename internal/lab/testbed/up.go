@@ -45,6 +45,15 @@ type Options struct {
 	// UnderlayIPv6 gives the gateways IPv6 underlay addresses too and
 	// runs the detour agents over them (ipv6.go).
 	UnderlayIPv6 bool
+	// CA makes an overlay CA and gives every detour agent a certificate
+	// and its peers' addresses only, instead of explicit key lists
+	// (trust.go).
+	CA bool
+	// Hold names sites whose agents are configured but not started:
+	// RestartAgent starts them, as sites joining a running overlay. The
+	// other sites' configurations do not mention them, so with CA they
+	// join with nothing changed at the others.
+	Hold []string
 	// peers holds the paths of a peer overlay's programs, by name.
 	peers map[string]string
 }
@@ -67,6 +76,9 @@ func (o *Options) Validate() (*scenario.Scenario, error) {
 	}
 	if !contains(Overlays, o.Overlay) {
 		return nil, fmt.Errorf("--overlay %q: want one of %s", o.Overlay, strings.Join(Overlays, ", "))
+	}
+	if o.CA && o.Overlay != "detour" {
+		return nil, fmt.Errorf("--ca needs --overlay detour (certificates admit encrypted sites), not %q", o.Overlay)
 	}
 	if o.Underlay == "" {
 		o.Underlay = UnderlayEmulator
@@ -109,6 +121,9 @@ func (o *Options) Validate() (*scenario.Scenario, error) {
 			return nil, fmt.Errorf("--underlay-mtu %d is outside %d..%d", o.UnderlayMTU, scenario.MinMTU, scenario.MaxMTU)
 		}
 		sc.UnderlayMTU = o.UnderlayMTU
+	}
+	if err := validHold(o, sc); err != nil {
+		return nil, err
 	}
 	if o.HostMTU != 0 && (o.HostMTU < 576 || o.HostMTU > 9000) {
 		return nil, fmt.Errorf("--host-mtu %d is outside 576..9000", o.HostMTU)
@@ -236,6 +251,7 @@ func newState(sc *scenario.Scenario, o Options) *State {
 		Scenario: sc.Name, Overlay: o.Overlay, Underlay: o.Underlay, Prefix: o.Prefix,
 		UnderlayMTU: sc.UnderlayMTU, HostMTU: sc.UnderlayMTU - overlayOverhead(o.Overlay),
 		DetourBin: o.Detour, Created: time.Now(), UnderlayIPv6: o.UnderlayIPv6,
+		Held: o.Hold,
 	}
 	if o.HostMTU != 0 {
 		st.HostMTU = o.HostMTU

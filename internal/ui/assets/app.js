@@ -210,7 +210,9 @@ function drawRoutes(u) {
 const shownCounters = [["frames_in", "frames from the site"], ["frames_out", "frames to the site"], ["bytes_sent", "bytes sent"],
   ["bytes_received", "bytes received"], ["relayed", "packets relayed for others"], ["holds", "switch holds"]];
 // The key router's totals, shown only at a gateway with kv pools.
-const kvCounters = [["kv_requests", "kv requests routed"], ["kv_failed_over", "kv requests failed over"], ["kv_errors", "kv errors answered"]];
+const kvCounters = [["kv_requests", "kv requests routed"], ["kv_failed_over", "kv requests failed over"], ["kv_errors", "kv errors answered"],
+  ["kv_reads_local", "kv reads from a local replica"], ["kv_reads_nearby", "kv reads from a nearby replica"],
+  ["kv_reads_remote", "kv reads from a remote replica"], ["kv_hedges_sent", "kv reads hedged"]];
 
 function drawCounters(u) {
   const dl = $("#counters");
