@@ -18,7 +18,7 @@ func FuzzSession(f *testing.F) {
 		ups := map[[2]int]*Upstream{}
 		sent := 0
 		for _, chunk := range [][]byte{client[:cut], client[cut:]} {
-			for _, snd := range s.Feed(chunk, keyRouter{}) {
+			for _, snd := range s.Feed(chunk, replRouter{}) {
 				k := [2]int{snd.Server, fam(snd.Binary)}
 				if ups[k] == nil {
 					ups[k] = &Upstream{Binary: snd.Binary}

@@ -177,6 +177,55 @@ func TestSplitGetManyParts(t *testing.T) {
 	}
 }
 
+// replRouter is keyRouter with servers 1 and 2 replicas of each other.
+type replRouter struct{ keyRouter }
+
+func (replRouter) Replicas(o int, dst []int) []int {
+	switch o {
+	case 1:
+		return append(dst, 2)
+	case 2:
+		return append(dst, 1)
+	}
+	return dst
+}
+
+// TestReplicatedWrites sends writes to every replica and reads to one;
+// the client gets the first replica's reply once all have answered.
+func TestReplicatedWrites(t *testing.T) {
+	n := newNet(t)
+	sess, r := n.s, replRouter{}
+	sends := sess.Feed([]byte("set 1a 0 0 1\r\nx\r\nget 1a\r\nset 1b 0 0 1 noreply\r\ny\r\nmn\r\n"), r)
+	var got []string
+	for _, snd := range sends {
+		got = append(got, fmt.Sprintf("%d:%d:%s", snd.Server, snd.Token.Part, strings.SplitN(string(snd.Buf), " ", 2)[0]))
+	}
+	if want := "1:0:set 2:1:set 1:0:get 1:0:set 2:1:set"; strings.Join(got, " ") != want {
+		t.Fatalf("sends %v, want %s", got, want)
+	}
+	ups := map[int]*Upstream{1: {}, 2: {}}
+	for _, snd := range sends {
+		ups[snd.Server].Append(nil, snd)
+	}
+	deliver := func(srv int, data string) {
+		dels, err := ups[srv].Feed([]byte(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range dels {
+			d.Token.S.Reply(d.Token, d.Piece, d.Kind, d.Done)
+		}
+	}
+	deliver(1, "STORED\r\nEND\r\nMN\r\n")
+	if out := string(sess.Output()); out != "" {
+		t.Fatalf("a write answered before every replica: %q", out)
+	}
+	deliver(2, "NOT_STORED\r\nSERVER_ERROR x\r\nMN\r\n")
+	if out := string(sess.Output()); out != "STORED\r\nEND\r\nMN\r\n" {
+		t.Fatalf("replies %q", out)
+	}
+}
+
 func TestQuietSentinel(t *testing.T) {
 	n := newNet(t)
 	n.feed("set 1a 0 0 1 noreply\r\nx\r\nmg 1a q v\r\nmg 1b q v\r\nget 1c\r\n")

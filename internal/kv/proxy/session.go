@@ -29,6 +29,14 @@ type Router interface {
 	Any() int
 }
 
+// Replicated is implemented by a Router whose servers hold copies of each
+// other's keys: a request that writes goes to every usable replica of the
+// server Owner gave, and the client gets that server's reply.
+type Replicated interface {
+	// Replicas appends to dst the other usable replicas of server o.
+	Replicas(o int, dst []int) []int
+}
+
 // Send is one request (or a server's share of a split get) to write to a
 // server's connection.
 type Send struct {
@@ -44,10 +52,11 @@ type Send struct {
 	Token Token
 }
 
-// Token names the slot a reply belongs to.
+// Token names the slot a reply belongs to, and which of its parts.
 type Token struct {
-	S   *Session
-	Seq uint64
+	S    *Session
+	Seq  uint64
+	Part int
 }
 
 // slot is one request waiting for its reply.
@@ -56,6 +65,7 @@ type slot struct {
 	buf    []byte // the reply so far
 	errBuf []byte // a split get: the first part that was not VALUE…END
 	merge  bool   // a split get: one END at the end
+	fanout bool   // a write to replicas: only part 0's reply is the client's
 	close  bool   // close the connection once this reply has left
 	proto  memcache.Protocol
 	opcode uint8
@@ -82,6 +92,7 @@ type Session struct {
 	split   memcache.Splitter
 	scratch []byte
 	sends   []Send
+	reps    []int
 	// Stats are the session's counters.
 	Stats Stats
 	// Tag is the shell's own, for finding its connection from a Token.
@@ -183,9 +194,18 @@ func (s *Session) next(r Router) bool {
 		s.noServer(sl)
 		return true
 	}
-	sl.parts = 1
+	s.reps = s.reps[:0]
+	if rr, ok := r.(Replicated); ok && q.IsWrite() {
+		s.reps = rr.Replicas(o, s.reps)
+	}
+	sl.parts, sl.fanout = 1+len(s.reps), len(s.reps) > 0
 	tok := s.push(sl)
-	s.sends = append(s.sends, Send{Server: o, Binary: q.Protocol == memcache.Binary, Quiet: q.Quiet, Buf: req, Token: tok})
+	snd := Send{Server: o, Binary: q.Protocol == memcache.Binary, Quiet: q.Quiet, Buf: req, Token: tok}
+	s.sends = append(s.sends, snd)
+	for i, rep := range s.reps {
+		snd.Server, snd.Token.Part = rep, i+1
+		s.sends = append(s.sends, snd)
+	}
 	return true
 }
 
@@ -310,7 +330,9 @@ func (s *Session) Reply(tok Token, piece []byte, kind memcache.ReplyKind, done b
 		return
 	}
 	switch {
-	case !sl.merge && sl == &s.slots[s.first] && !s.closed:
+	case sl.fanout && tok.Part != 0:
+		// Another replica's reply to a write: counted, not the client's.
+	case !sl.merge && !sl.fanout && sl == &s.slots[s.first] && !s.closed:
 		// The first slot waiting: its reply goes out as it comes.
 		s.out = append(s.out, piece...)
 	case !sl.merge:

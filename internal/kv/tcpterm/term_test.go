@@ -56,11 +56,14 @@ var (
 	}
 )
 
-func newSite(t *testing.T, cfg Config, bridge bool) *site {
+func newSite(t *testing.T, cfg Config, bridge bool, shape ...func(*router.PoolSpec)) *site {
 	s := &site{t: t, macs: map[netip.Addr][6]byte{}}
 	spec := router.Spec{Self: self, Subnet: netip.MustParsePrefix("10.20.0.0/24"), Pools: []router.PoolSpec{{Name: "cache", VIP: vip, Hash: ring.Ketama}}}
 	for _, a := range servers {
 		spec.Pools[0].Servers = append(spec.Pools[0].Servers, router.ServerSpec{Addr: a, Weight: 1, Site: self})
+	}
+	for _, f := range shape {
+		f(&spec.Pools[0])
 	}
 	tb, err := router.New(spec)
 	if err != nil {
@@ -346,5 +349,63 @@ func TestTerminatorLimits(t *testing.T) {
 	all, err := io.ReadAll(r)
 	if err != nil || string(all) != "STORED\r\nVALUE hc 0 1\r\nx\r\nEND\r\n" {
 		t.Fatalf("after a half-close: %q, %v", all, err)
+	}
+}
+
+// TestTerminatorReplicas writes through a pool whose first shard has two
+// replicas (servers 0 and 1) and whose second has one (server 2): every
+// key must be on every replica of its shard and nowhere else, and a read
+// finds it.
+func TestTerminatorReplicas(t *testing.T) {
+	s := newSite(t, Config{}, true, func(ps *router.PoolSpec) {
+		ps.Shards = []router.ShardSpec{{Weight: 1}, {Weight: 1}}
+		ps.Servers[1].Shard = 0
+		ps.Servers[2].Shard = 1
+	})
+	c, r := s.dial()
+	var b strings.Builder
+	keys := make([]string, 60)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("r%02d", i)
+		fmt.Fprintf(&b, "set %s 0 0 1\r\nx\r\nget %s\r\n", keys[i], keys[i])
+	}
+	c.Write([]byte(b.String()))
+	for _, k := range keys {
+		for _, want := range []string{"STORED\r\n", "VALUE " + k + " 0 1\r\n", "x\r\n", "END\r\n"} {
+			if l := readLine(t, r); l != want {
+				t.Fatalf("%s: %q, want %q", k, l, want)
+			}
+		}
+	}
+	p := s.table.Pools()[0]
+	held := make([]map[string]bool, len(s.direct))
+	for i, addr := range s.direct {
+		held[i] = map[string]bool{}
+		m, err := net.Dial("tcp4", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mr := bufio.NewReader(m)
+		for _, k := range keys {
+			fmt.Fprintf(m, "mg %s\r\n", k)
+			if l, _ := mr.ReadString('\n'); l == "HD\r\n" {
+				held[i][k] = true
+			}
+		}
+		m.Close()
+	}
+	shard0 := 0
+	for _, k := range keys {
+		sh := p.RingOwner([]byte(k))
+		want := [3]bool{sh == 0, sh == 0, sh == 1}
+		if got := [3]bool{held[0][k], held[1][k], held[2][k]}; got != want {
+			t.Fatalf("key %s of shard %d held by %v, want %v", k, sh, got, want)
+		}
+		if sh == 0 {
+			shard0++
+		}
+	}
+	if shard0 == 0 || shard0 == len(keys) {
+		t.Fatalf("%d of %d keys on shard 0: the test needs both shards", shard0, len(keys))
 	}
 }
