@@ -47,6 +47,10 @@
 //	sent:     set k 0 0 1 noreply\r\n x\r\n mn\r\n    (slot 7, quiet)
 //	received: MN\r\n                                  → slot 7 gets nothing
 //
+// With a Router that is Replicated, a request that writes goes to every
+// usable replica of its server, one part each; the client gets the
+// first replica's reply once every replica has answered.
+//
 // A server connection that fails answers each slot still waiting on it
 // with SERVER_ERROR (binary status 0x0086, temporary failure); the
 // request is not retried, since a write may or may not have been done.
