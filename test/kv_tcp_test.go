@@ -227,6 +227,25 @@ func TestKVTCP(t *testing.T) {
 		}
 	}
 
+	// Garbage on a connection of its own (random bytes, then an endless
+	// line): the terminator answers or closes as memcached would, and
+	// the other connections go on.
+	junk := dialKVTCP(t, o.host("LAN").NS, vip)
+	garbage := make([]byte, 64<<10)
+	for i := range garbage {
+		garbage[i] = byte(rand.IntN(256))
+	}
+	junk.c.Write(garbage)
+	junk.c.Write(bytes.Repeat([]byte("x"), 3000))
+	junk.c.SetDeadline(time.Now().Add(2 * time.Second)) // a binary header in the garbage may announce a body memcached would wait for
+	io.Copy(io.Discard, junk.r)
+	lan.send(t, []byte("get "+keys[0]+"\r\n"))
+	if l := lan.line(t); !strings.HasPrefix(l, "VALUE "+keys[0]) {
+		t.Fatalf("after another connection's garbage: %q", l)
+	}
+	lan.line(t)
+	lan.line(t)
+
 	// Binary over its own connection: setq ×40 (quiet), getk ×40
 	// reversed, noop; replies in order.
 	bin := dialKVTCP(t, o.host("LAN").NS, vip)
