@@ -6,6 +6,9 @@
 #
 #   (a) client-side ketama straight to the servers (binary over UDP; the floor)
 #   (b) detour's virtual address (binary over UDP, routed by key at LAN's gateway)
+#   (c) detour's virtual address over TCP (ASCII; terminated at LAN's gateway,
+#       one connection per outstanding request, as clients with a connection
+#       per thread use it)
 #   (d) twemproxy on a second host at the client's site (LAN h2; ASCII over TCP)
 #   (e) twemproxy at another site, a central proxy (NEU h2; ASCII over TCP)
 #
@@ -17,7 +20,7 @@
 #
 #   usage: scripts/bench-kv.sh   (KV_DURATION=10s KV_OUTSTANDING=16;
 #          KV_UNDERLAY=kernel for the zero-delay case, plain kernel links
-#          instead of the WAN emulator)
+#          instead of the WAN emulator; KV_CASES=ac runs only those cases)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${DETOUR_BIN:-$PWD/bin/detour}
@@ -32,6 +35,7 @@ export DETOUR_BIN=$bin DETOUR_LAB_BIN=$lab
 export DETOUR_TESTBED_STATE=${DETOUR_TESTBED_STATE:-/run/detour/bench-kv} DETOUR_TESTBED_PREFIX=${DETOUR_TESTBED_PREFIX:-bkv-}
 dur=${KV_DURATION:-10s}
 out=${KV_OUTSTANDING:-16}
+cases=${KV_CASES:-abcde}
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -70,35 +74,40 @@ nutcracker_at() { # NS ADDR
 	pids+=($!)
 	disown "$!"
 }
-nutcracker_at "$lanproxy_ns" "$lanproxy"
-nutcracker_at "$neuproxy_ns" "$neuproxy"
+[[ $cases == *d* ]] && nutcracker_at "$lanproxy_ns" "$lanproxy"
+[[ $cases == *e* ]] && nutcracker_at "$neuproxy_ns" "$neuproxy"
 sleep 3 # the pool's servers pass their gateways' health checks; nutcracker listens
 run() { # CASE MIX ARGS...
 	local c=$1 mix=$2
 	shift 2
+	[[ $cases == *$c* ]] || return 0
 	ip netns exec "$client" "$kvl" -duration "$dur" -outstanding "$out" -get-ratio "$mix" -keys 2000 "$@" >"$work/$c-$mix.json"
 }
 echo "bench-kv: uptime before: $(uptime)"
 for mix in 0.5 0.9; do
 	run a "$mix" -protocol binary-udp -servers "$servers"
 	run b "$mix" -protocol binary-udp -target "$vip"
+	run c "$mix" -protocol ascii-tcp -target "$vip" -connections "$out"
 	run d "$mix" -protocol ascii-tcp -target "$lanproxy:22121" -connections 4
 	run e "$mix" -protocol ascii-tcp -target "$neuproxy:22121" -connections 4
 done
 echo "bench-kv: uptime after: $(uptime)"
 mkdir -p results
 res=results/bench-kv-$(date +%Y%m%d-%H%M%S).md
-python3 - "$work" "$dur" "$out" >"$res" <<'PY'
+python3 - "$work" "$dur" "$out" "$cases" >"$res" <<'PY'
 import json, sys, os
-work, dur, out = sys.argv[1:4]
+work, dur, out, cases = sys.argv[1:5]
 names = {"a": "(a) client-side ketama, binary/UDP", "b": "(b) detour VIP, binary/UDP",
+         "c": "(c) detour VIP, ASCII/TCP",
          "d": "(d) twemproxy at LAN, ASCII/TCP", "e": "(e) twemproxy at NEU, ASCII/TCP"}
 print("%s per case, %s outstanding, 2,000 keys, 32-byte values, prefilled, underlay %s\n" % (dur, out, os.environ.get("KV_UNDERLAY", "emulator")))
 print("| case | gets/sets | p50 ms | p99 ms | requests/s | timeouts | errors | p50 / (a) |")
 print("|---|---|---|---|---|---|---|---|")
 for mix in ("0.5", "0.9"):
     base = json.load(open(os.path.join(work, "a-%s.json" % mix)))["latency_us"]["p50"]
-    for c in "abde":
+    for c in "abcde":
+        if c not in cases:
+            continue
         r = json.load(open(os.path.join(work, "%s-%s.json" % (c, mix))))
         l = r["latency_us"]
         print("| %s | %d/%d | %.2f | %.2f | %.0f | %d | %d | %.2f |" % (names[c], round(float(mix) * 100), round(100 - float(mix) * 100),

@@ -132,6 +132,9 @@ func kvPoolSpec(pc config.KVPool) router.PoolSpec {
 func (a *Agent) runKV(ctx context.Context) {
 	st := newKVState()
 	a.kvTake(st)
+	tt := &tcpTerms{}
+	a.kvTCPSync(ctx, st, tt) // tcpterm.go
+	defer tt.stopAll()
 	tick := time.NewTicker(kvTick)
 	defer tick.Stop()
 	for n := 0; ; {
@@ -144,6 +147,7 @@ func (a *Agent) runKV(ctx context.Context) {
 			continue
 		case <-a.kvBox.wake:
 			a.kvTake(st)
+			a.kvTCPSync(ctx, st, tt)
 			continue
 		case <-tick.C:
 			n++
@@ -153,6 +157,9 @@ func (a *Agent) runKV(ctx context.Context) {
 		for _, ks := range st.servers {
 			a.kvWatch(ks, routes, now, n%kvProbeEvery == 1)
 			kvPathRTT(ks.s, routes)
+		}
+		if n%kvTCPEvery == 0 {
+			a.kvTCPSync(ctx, st, tt) // pools created through the API
 		}
 		st.kvExpire(now)
 		st.track(now)

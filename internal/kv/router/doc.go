@@ -35,6 +35,10 @@
 // server under the same request id (memcache.Splitter): the client gets
 // one reply datagram per server, each ending in its own END (or MN).
 //
+// TCP to a virtual address is terminated at the client's gateway by the
+// TCP terminator (package tcpterm), whose link layer the router is; the
+// frames and the addressing are drawn in tcp.go.
+//
 // # State
 //
 // The Table is immutable but for per-server atomics written by the

@@ -53,6 +53,9 @@ type Worker struct {
 	hedges   [maxHedges]hedgeSlot
 	nHedges  int
 	hedgeDue int64
+
+	// clients are the MACs of TCP clients of the virtual addresses (tcp.go).
+	clients tcpClients
 }
 
 // take returns the next free output buffer with n bytes, grown if needed
@@ -95,6 +98,9 @@ func (w *Worker) Egress(t *Table, b []byte, now int64) (handled bool, outs []Out
 	if f.V6 || (f.Proto != frame.ProtoUDP && f.Proto != frame.ProtoTCP) {
 		return false, nil
 	}
+	if f.Proto == frame.ProtoTCP {
+		return w.tcpEgress(t, b, now), w.outs[:w.n]
+	}
 	ip := f.IPv4(b)
 	dst := be32b(ip.Dst())
 	p := t.anyPoolByIP(dst)
@@ -102,7 +108,7 @@ func (w *Worker) Egress(t *Table, b []byte, now int64) (handled bool, outs []Out
 		return false, nil
 	}
 	w.fireHedges(t, now)
-	if f.Proto != frame.ProtoUDP || f.Frag != frame.FragNone {
+	if f.Frag != frame.FragNone {
 		p.Stats.DropOther.Add(1)
 		return true, nil
 	}

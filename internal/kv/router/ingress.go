@@ -28,7 +28,13 @@ func (in *Inbound) Deliver(t *Table, b []byte, now int64) bool {
 		return true
 	}
 	f := &in.f
-	if frame.Parse(b, f) != nil || f.V6 || f.Proto != frame.ProtoUDP || f.Frag != frame.FragNone || f.End-f.L4 < frame.UDPHeaderLen {
+	if frame.Parse(b, f) != nil || f.V6 {
+		return true
+	}
+	if f.Proto == frame.ProtoTCP {
+		return in.tcpIngress(t, b, now)
+	}
+	if f.Proto != frame.ProtoUDP || f.Frag != frame.FragNone || f.End-f.L4 < frame.UDPHeaderLen {
 		return true
 	}
 	ip := f.IPv4(b)

@@ -84,6 +84,7 @@ type Table struct {
 	spec      Spec // as built, for changes at run time (see Replace)
 	pools     []*Pool
 	marks     []atomic.Uint32 // client marks, see the package comment
+	tcp       *tcpState       // TCP to the virtual addresses (tcp.go), shared with successors
 }
 
 // Pool is one pool of a Table.
@@ -207,9 +208,9 @@ func build(spec Spec, prev *Table) (*Table, error) {
 		t.rate = DefaultRateLimit
 	}
 	if prev != nil {
-		t.marks = prev.marks
+		t.marks, t.tcp = prev.marks, prev.tcp
 	} else {
-		t.marks = make([]atomic.Uint32, markSlots)
+		t.marks, t.tcp = make([]atomic.Uint32, markSlots), &tcpState{}
 	}
 	t.subnetLo = be32(t.subnet.Addr().As4())
 	t.subnetMsk = ^uint32(0) << (32 - t.subnet.Bits())
