@@ -126,6 +126,9 @@ func (st *kvState) configs() []config.KVPool {
 			pc := config.KVPool{Name: ps.Name, Network: n.name, Address: ps.VIP.String(), Hash: ps.Hash.String()}
 			if len(ps.Shards) > 0 {
 				kvShardsConfig(ps, &pc)
+				if r, ok := st.records[ps.Name]; ok && r.Version == ps.Version {
+					pc.NearSites = slices.Clone(r.NearSites) // the spec has their IDs only
+				}
 				out = append(out, pc)
 				continue
 			}

@@ -2,12 +2,14 @@ package agent
 
 import (
 	"net/netip"
+	"reflect"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/datapath"
+	"github.com/detour-overlay/detour/internal/kv/replica"
 	"github.com/detour-overlay/detour/internal/kv/router"
 	"github.com/detour-overlay/detour/internal/wire"
 )
@@ -21,8 +23,29 @@ func TestKVReplicatedPool(t *testing.T) {
 			{Address: "198.19.3.1:11211", Site: "NEU", Tier: "memory"},
 			{Address: "198.19.0.1:11211", Site: "BOR", Tier: "memory"},
 		}}}}
-	ps := kvPoolSpec(pc)
-	if len(ps.Shards) != 1 || len(ps.Servers) != 3 || !ps.Hedge || ps.Servers[0].Tier != "disk" || ps.Servers[2].Shard != 0 {
+	// The pool goes the way a file's pool goes: to a record, over the
+	// wire, through the state file, and to the router's spec.
+	rec := kvFromConfig(pc, 1)
+	rec.Version, rec.Origin = 1, wire.SiteIDFromName("LAN")
+	b, err := wire.AppendKVPool(nil, rec.Origin, &rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed wire.KVPool
+	if _, err := wire.ParseKVPool(b, &parsed); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := kvFromState(kvToState(parsed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := kvSpec(stored)
+	if !reflect.DeepEqual(ps, kvSpec(rec)) {
+		t.Errorf("the spec changed on the way:\n%+v\n%+v", ps, kvSpec(rec))
+	}
+	if len(ps.Shards) != 1 || ps.Shards[0] != (router.ShardSpec{Name: "s0", Weight: 1}) || len(ps.Servers) != 3 || !ps.Hedge ||
+		ps.Policy != replica.Predicted || !reflect.DeepEqual(ps.NearSites, []wire.SiteID{wire.SiteIDFromName("NEU")}) ||
+		ps.Servers[0].Tier != "disk" || ps.Servers[1].Tier != "memory" || ps.Servers[2].Shard != 0 || ps.Servers[2].SiteName != "BOR" {
 		t.Fatalf("spec %+v", ps)
 	}
 	lan := wire.SiteIDFromName("LAN")

@@ -151,6 +151,9 @@ const (
 	kvReplicaLen    = 3
 	// MaxKVLabelLen is the longest shard name or tier.
 	MaxKVLabelLen = 255
+	// MaxKVReplicas bounds the replicas of one shard (replica.MaxReplicas);
+	// the format does not, the site core checks it.
+	MaxKVReplicas = 8
 	// KVDigestLen is the exact length of a digest message.
 	KVDigestLen = CommonHeaderLen + 4 + 4 + 8
 )
