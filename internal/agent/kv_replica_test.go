@@ -158,6 +158,11 @@ func TestKVReplicatedPoolEndToEnd(t *testing.T) {
 	statePath := filepath.Join(t.TempDir(), "site.state.json")
 	a, st := kvTestAgent(t, replicated("memory"), statePath)
 	check(a, st, 1, "memory")
+	cur := st.nets[0].port.KV.Load()
+	a.kvApply(st, a.core.KVPools(), nil, 2) // the same records again: the table stands
+	if st.nets[0].port.KV.Load() != cur {
+		t.Error("the same records built a new table")
+	}
 	d, err := runstate.NewStore(statePath).Load("lan")
 	if err != nil {
 		t.Fatal(err)
