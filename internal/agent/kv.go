@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"maps"
-	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,7 +13,6 @@ import (
 	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/frame"
 	"github.com/detour-overlay/detour/internal/kv/memcache"
-	"github.com/detour-overlay/detour/internal/kv/ring"
 	"github.com/detour-overlay/detour/internal/kv/router"
 	"github.com/detour-overlay/detour/internal/wire"
 )
@@ -109,21 +107,6 @@ type kvState struct {
 func newKVState() *kvState {
 	return &kvState{records: map[string]wire.KVPool{}, names: map[wire.SiteID]string{}, failed: map[string]string{},
 		joinSeen: map[string]int64{}, confirmed: map[string]uint64{}}
-}
-
-// kvPoolSpec translates a validated pool of the configuration.
-func kvPoolSpec(pc config.KVPool) router.PoolSpec {
-	h, _ := ring.ParseHash(pc.Hash)
-	ps := router.PoolSpec{Name: pc.Name, VIP: pc.VirtualAddr(), Hash: h}
-	if len(pc.Shards) > 0 {
-		kvShardsSpec(pc, &ps)
-		return ps
-	}
-	for _, s := range pc.Servers {
-		ap, _ := netip.ParseAddrPort(s.Address)
-		ps.Servers = append(ps.Servers, router.ServerSpec{Addr: ap, Weight: uint32(s.Weight), Site: wire.SiteIDFromName(s.Site), SiteName: s.Site})
-	}
-	return ps
 }
 
 // runKV routes the pools in force and watches their servers until ctx

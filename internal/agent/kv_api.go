@@ -126,6 +126,9 @@ func (st *kvState) configs() []config.KVPool {
 			pc := config.KVPool{Name: ps.Name, Network: n.name, Address: ps.VIP.String(), Hash: ps.Hash.String()}
 			if len(ps.Shards) > 0 {
 				kvShardsConfig(ps, &pc)
+				if r, ok := st.records[ps.Name]; ok && r.Version == ps.Version {
+					pc.NearSites = slices.Clone(r.NearSites) // the spec has their IDs only
+				}
 				out = append(out, pc)
 				continue
 			}
@@ -204,6 +207,10 @@ func (a *Agent) kvChange(st *kvState, now int64, name string, c api.KVChange, re
 	}
 	_, err = router.Apply(t.Subnet(), p.Spec(), ch)
 	switch {
+	case errors.Is(err, router.ErrReplicated):
+		fail(fmt.Errorf("%w: pool %s has shards of replicas, which kv %s does not change yet: edit its shards in the configuration file of one site and run `detour reload` there; the new version reaches every gateway",
+			api.ErrBadRequest, name, c.Op))
+		return
 	case errors.Is(err, router.ErrUnknownServer):
 		fail(fmt.Errorf("%w: %v", api.ErrNotFound, err))
 		return
@@ -341,6 +348,13 @@ func (st *kvState) view(n kvNet, p *router.Pool, now int64) api.KVPool {
 		v.Origin = st.names[r.Origin]
 		if v.Origin == "" {
 			v.Origin = r.Origin.String()
+		}
+		v.NearSites = slices.Clone(r.NearSites) // the spec has their IDs only
+	}
+	if len(spec.Shards) > 0 {
+		v.Policy, v.Hedge = spec.Policy.String(), spec.Hedge
+		for _, sh := range spec.Shards {
+			v.Shards = append(v.Shards, api.KVShard{Name: sh.Name, Weight: sh.Weight})
 		}
 	}
 	for i, s := range p.Servers {

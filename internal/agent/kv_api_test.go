@@ -272,7 +272,8 @@ func TestKVLatency(t *testing.T) {
 }
 
 // TestKVChangeReachesTheOtherAgent: two running agents, encrypted; a pool
-// only lan's file defines and a drain made at lan reach man's key router.
+// only lan's file defines and a drain made at lan reach man's key router,
+// and so does a replicated pool, replicated.
 func TestKVChangeReachesTheOtherAgent(t *testing.T) {
 	nw := transport.NewFakeNetwork()
 	privs := [2]string{}
@@ -293,6 +294,11 @@ func TestKVChangeReachesTheOtherAgent(t *testing.T) {
 		cfg.Peers = []config.Peer{{Name: names[1-i], Address: fmt.Sprintf("198.18.0.%d:4800", 2-i), PublicKey: pubs[1-i]}}
 		if name == "man" {
 			cfg.KVPools = nil
+		} else {
+			cfg.KVPools = append(cfg.KVPools, config.KVPool{Name: "objects", Network: "default", Address: "10.20.0.251", Policy: "static-zone",
+				NearSites: []string{"lan"}, Shards: []config.KVShard{{Name: "s0", Replicas: []config.KVReplica{
+					{Address: "10.20.0.21:11211", Site: "lan", Tier: "disk"}, {Address: "10.20.0.22:11211", Site: "man", Tier: "memory"}}}}})
+			cfg.ApplyDefaults()
 		}
 		sites = append(sites, runTestAgent(t, name, cfg, nw.Listen(netip.MustParseAddrPort(cfg.Listen))))
 	}
@@ -315,6 +321,17 @@ func TestKVChangeReachesTheOtherAgent(t *testing.T) {
 	p := waitPool(1)
 	if p.Origin != "lan" || len(p.Servers) != 2 {
 		t.Fatalf("man's pool: %+v", p)
+	}
+	// The replicated pool only lan's file defines is routed at man as
+	// replicated, as lan defined it.
+	o, err := man.KVPool("objects")
+	for deadline := time.Now().Add(5 * time.Second); err != nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		o, err = man.KVPool("objects")
+	}
+	if err != nil || o.Origin != "lan" || o.Policy != "static-zone" || o.Hedge || len(o.NearSites) != 1 || o.NearSites[0] != "lan" ||
+		len(o.Shards) != 1 || o.Shards[0].Name != "s0" || len(o.Servers) != 2 || o.Servers[0].Tier != "disk" || o.Servers[1].Tier != "memory" || !o.Servers[1].Local {
+		t.Fatalf("man's replicated pool: %+v, %v", o, err)
 	}
 	start := time.Now()
 	if _, err := lan.KVChange("cache", api.KVChange{Op: api.KVDrain, KVServerAdd: api.KVServerAdd{Address: "10.20.0.12:11211"}}); err != nil {

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"net/netip"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -11,30 +10,12 @@ import (
 	"github.com/detour-overlay/detour/internal/datapath"
 	"github.com/detour-overlay/detour/internal/kv/replica"
 	"github.com/detour-overlay/detour/internal/kv/router"
-	"github.com/detour-overlay/detour/internal/wire"
 )
 
-// Replicated pools (issue 18), the agent's side: translating shards from
-// the configuration, feeding the router each server's path round trip
-// from the overlay's routes, expiring the router's soft state, the API's
-// `kv why` and the metrics of where reads went.
-
-// kvShardsSpec fills ps with the shards of a validated pool with shards.
-func kvShardsSpec(pc config.KVPool, ps *router.PoolSpec) {
-	ps.Policy, _ = replica.ParsePolicy(pc.Policy)
-	ps.Hedge = pc.HedgeOn()
-	for _, s := range pc.NearSites {
-		ps.NearSites = append(ps.NearSites, wire.SiteIDFromName(s))
-	}
-	for k, sh := range pc.Shards {
-		ps.Shards = append(ps.Shards, router.ShardSpec{Name: sh.Name, Weight: uint32(max(sh.Weight, 1))})
-		for _, r := range sh.Replicas {
-			ap, _ := netip.ParseAddrPort(r.Address)
-			ps.Servers = append(ps.Servers, router.ServerSpec{Addr: ap, Weight: 1, Site: wire.SiteIDFromName(r.Site), SiteName: r.Site,
-				Shard: k, Tier: r.Tier})
-		}
-	}
-}
+// Replicated pools (issue 18), the agent's side: feeding the router each
+// server's path round trip from the overlay's routes, expiring the
+// router's soft state, the API's `kv why` and the metrics of where reads
+// went. Their shards travel in the pool's record (kvdist.go).
 
 // kvShardsConfig returns the shards of a pool spec as configuration.
 func kvShardsConfig(ps router.PoolSpec, pc *config.KVPool) {

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/detour-overlay/detour/internal/config"
+	"github.com/detour-overlay/detour/internal/kv/replica"
 	"github.com/detour-overlay/detour/internal/kv/ring"
 	"github.com/detour-overlay/detour/internal/kv/router"
 	"github.com/detour-overlay/detour/internal/runstate"
@@ -72,11 +73,24 @@ func (b *kvBox) take() ([]wire.KVPool, []config.Network, map[wire.SiteID]string)
 	return p, n, names
 }
 
-// kvFromConfig is a pool of the configuration file as distributed: the
-// network by its ID, version and origin unset.
+// kvFromConfig is a validated pool of the configuration file as
+// distributed: the network by its ID, version and origin unset; a pool
+// with shards has each replica as a server of weight 1 naming its shard.
 func kvFromConfig(pc config.KVPool, network uint32) wire.KVPool {
 	h, _ := ring.ParseHash(pc.Hash)
 	p := wire.KVPool{Name: pc.Name, Network: network, VIP: pc.VirtualAddr(), Hash: uint8(h)}
+	if len(pc.Shards) > 0 {
+		pol, _ := replica.ParsePolicy(pc.Policy)
+		p.Policy, p.Hedge, p.NearSites = uint8(pol), pc.HedgeOn(), slices.Clone(pc.NearSites)
+		for k, sh := range pc.Shards {
+			p.Shards = append(p.Shards, wire.KVShard{Name: sh.Name, Weight: uint16(max(sh.Weight, 1))})
+			for _, r := range sh.Replicas {
+				ap, _ := netip.ParseAddrPort(r.Address)
+				p.Servers = append(p.Servers, wire.KVServer{Addr: ap, Weight: 1, Site: r.Site, Shard: uint16(k), Tier: r.Tier})
+			}
+		}
+		return p
+	}
 	for _, s := range pc.Servers {
 		ap, _ := netip.ParseAddrPort(s.Address)
 		p.Servers = append(p.Servers, wire.KVServer{Addr: ap, Weight: uint16(s.Weight), Site: s.Site})
@@ -99,9 +113,15 @@ func kvFingerprint(pc config.KVPool, network uint32) string {
 func kvToState(p wire.KVPool) runstate.KVPool {
 	r := runstate.KVPool{Name: p.Name, Network: p.Network, Address: p.VIP.String(), Hash: ring.Hash(p.Hash).String(),
 		Version: p.Version, Origin: uint32(p.Origin)}
+	if p.Replicated() {
+		r.Policy, r.Hedge, r.NearSites = replica.Policy(p.Policy).String(), p.Hedge, slices.Clone(p.NearSites)
+		for _, sh := range p.Shards {
+			r.Shards = append(r.Shards, runstate.KVShard{Name: sh.Name, Weight: int(sh.Weight)})
+		}
+	}
 	for _, s := range p.Servers {
 		r.Servers = append(r.Servers, runstate.KVServer{Address: s.Addr.String(), Weight: int(s.Weight), Site: s.Site,
-			Drained: s.Flags&wire.KVServerDrained != 0, Joining: s.Flags&wire.KVServerJoining != 0})
+			Drained: s.Flags&wire.KVServerDrained != 0, Joining: s.Flags&wire.KVServerJoining != 0, Shard: int(s.Shard), Tier: s.Tier})
 	}
 	return r
 }
@@ -117,6 +137,16 @@ func kvFromState(r runstate.KVPool) (wire.KVPool, error) {
 		return wire.KVPool{}, err
 	}
 	p := wire.KVPool{Name: r.Name, Network: r.Network, VIP: vip, Hash: uint8(h), Version: r.Version, Origin: wire.SiteID(r.Origin)}
+	if len(r.Shards) > 0 {
+		pol, err := replica.ParsePolicy(r.Policy)
+		if err != nil {
+			return wire.KVPool{}, err
+		}
+		p.Policy, p.Hedge, p.NearSites = uint8(pol), r.Hedge, slices.Clone(r.NearSites)
+		for _, sh := range r.Shards {
+			p.Shards = append(p.Shards, wire.KVShard{Name: sh.Name, Weight: uint16(sh.Weight)})
+		}
+	}
 	for _, s := range r.Servers {
 		ap, err := netip.ParseAddrPort(s.Address)
 		if err != nil {
@@ -129,18 +159,32 @@ func kvFromState(r runstate.KVPool) (wire.KVPool, error) {
 		if s.Joining {
 			f |= wire.KVServerJoining
 		}
-		p.Servers = append(p.Servers, wire.KVServer{Addr: ap, Weight: uint16(s.Weight), Site: s.Site, Flags: f})
+		p.Servers = append(p.Servers, wire.KVServer{Addr: ap, Weight: uint16(s.Weight), Site: s.Site, Flags: f, Shard: uint16(s.Shard), Tier: s.Tier})
 	}
 	return p, nil
 }
 
 // kvSpec is the router's spec of a pool: a joining server is drained
-// until its site confirms it.
+// until its site confirms it. A replicated pool's servers are the
+// replicas of its shards, read by its policy.
 func kvSpec(p wire.KVPool) router.PoolSpec {
 	ps := router.PoolSpec{Name: p.Name, VIP: p.VIP, Hash: ring.Hash(p.Hash), Version: p.Version}
+	if p.Replicated() {
+		ps.Policy, ps.Hedge = replica.Policy(p.Policy), p.Hedge
+		for _, s := range p.NearSites {
+			ps.NearSites = append(ps.NearSites, wire.SiteIDFromName(s))
+		}
+		for _, sh := range p.Shards {
+			ps.Shards = append(ps.Shards, router.ShardSpec{Name: sh.Name, Weight: uint32(sh.Weight)})
+		}
+	}
 	for _, s := range p.Servers {
-		ps.Servers = append(ps.Servers, router.ServerSpec{Addr: s.Addr, Weight: uint32(s.Weight), Site: wire.SiteIDFromName(s.Site),
-			SiteName: s.Site, Drained: s.Flags&(wire.KVServerDrained|wire.KVServerJoining) != 0})
+		ss := router.ServerSpec{Addr: s.Addr, Weight: uint32(s.Weight), Site: wire.SiteIDFromName(s.Site),
+			SiteName: s.Site, Drained: s.Flags&(wire.KVServerDrained|wire.KVServerJoining) != 0}
+		if p.Replicated() {
+			ss.Shard, ss.Tier = int(s.Shard), s.Tier
+		}
+		ps.Servers = append(ps.Servers, ss)
 	}
 	return ps
 }
@@ -210,13 +254,36 @@ func (a *Agent) kvSeeds(file *config.Agent, held map[string]wire.KVPool, applied
 		default:
 			p.Version, p.Origin = 1, self
 		}
+		if err := kvCheckLabels(pc); err != nil {
+			return nil, nil, err
+		}
 		if _, err := wire.AppendKVPool(nil, self, &p); err != nil {
-			return nil, nil, fmt.Errorf("kv_pools: pool %s: %d servers take %d bytes on the control plane, more than %d (%v): split it into smaller pools",
-				pc.Name, len(p.Servers), wire.KVPoolLen(&p), wire.MaxKVPoolLen, err)
+			what := fmt.Sprintf("%d servers", len(p.Servers))
+			if p.Replicated() {
+				what = fmt.Sprintf("%d shards of %d replicas in all", len(p.Shards), len(p.Servers))
+			}
+			return nil, nil, fmt.Errorf("kv_pools: pool %s: %s take %d bytes on the control plane, more than %d (%v): split it into smaller pools",
+				pc.Name, what, wire.KVPoolLen(&p), wire.MaxKVPoolLen, err)
 		}
 		out = append(out, p)
 	}
 	return out, fp, nil
+}
+
+// kvCheckLabels refuses a shard name or tier longer than the control
+// plane carries, naming it.
+func kvCheckLabels(pc config.KVPool) error {
+	for j, sh := range pc.Shards {
+		if len(sh.Name) > wire.MaxKVLabelLen {
+			return fmt.Errorf("kv_pools: pool %s: shards[%d].name: %d bytes, at most %d", pc.Name, j, len(sh.Name), wire.MaxKVLabelLen)
+		}
+		for k, r := range sh.Replicas {
+			if len(r.Tier) > wire.MaxKVLabelLen {
+				return fmt.Errorf("kv_pools: pool %s: shards[%d].replicas[%d].tier: %d bytes, at most %d", pc.Name, j, k, len(r.Tier), wire.MaxKVLabelLen)
+			}
+		}
+	}
+	return nil
 }
 
 // kvReloadCheck returns the pools a reloaded file changes, or why the

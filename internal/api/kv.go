@@ -34,6 +34,19 @@ type KVPool struct {
 	Origin   string            `json:"origin,omitempty"`
 	Servers  []KVServer        `json:"servers"`
 	Counters map[string]uint64 `json:"counters"`
+	// Shards, Policy, Hedge and NearSites are set for a pool with shards
+	// of replicas (docs/replicas.md): its shards, how a read picks a
+	// replica, whether reads are hedged, and the declared near zone.
+	Shards    []KVShard `json:"shards,omitempty"`
+	Policy    string    `json:"policy,omitempty"`
+	Hedge     bool      `json:"hedge,omitempty"`
+	NearSites []string  `json:"near_sites,omitempty"`
+}
+
+// KVShard is one shard of a replicated pool.
+type KVShard struct {
+	Name   string `json:"name,omitempty"`
+	Weight uint32 `json:"weight"`
 }
 
 // KVServer is one server of a pool.

@@ -154,7 +154,18 @@ func printKVPool(w io.Writer, raw []byte) error {
 	if p.Origin != "" {
 		origin = " (made at " + p.Origin + ")"
 	}
-	fmt.Fprintf(w, "pool %s on network %s at %s, hash %s, version %d%s\n\n", p.Name, p.Network, p.Address, p.Hash, p.Version, origin)
+	fmt.Fprintf(w, "pool %s on network %s at %s, hash %s, version %d%s\n", p.Name, p.Network, p.Address, p.Hash, p.Version, origin)
+	if len(p.Shards) > 0 {
+		hedge, near := "off", ""
+		if p.Hedge {
+			hedge = "on"
+		}
+		if len(p.NearSites) > 0 {
+			near = ", near sites " + strings.Join(p.NearSites, " ")
+		}
+		fmt.Fprintf(w, "%d shards of replicas, policy %s, hedge %s%s\n", len(p.Shards), p.Policy, hedge, near)
+	}
+	fmt.Fprintln(w)
 	err := table(w, "SERVER\tSITE\tWEIGHT\tSTATE\tSINCE\tREQUESTS\tREPLIES\tERRORS\tFAILOVERS\tCHECK p50 ms\tCHECK p99 ms", func(tw io.Writer) {
 		for _, s := range p.Servers {
 			p50, p99 := "-", "-"
@@ -165,8 +176,11 @@ func printKVPool(w io.Writer, raw []byte) error {
 			if s.Local {
 				site += " (here)"
 			}
-			if s.Tier != "" {
-				site += fmt.Sprintf(" shard %d %s", s.Shard, s.Tier)
+			if len(p.Shards) > 0 {
+				site += fmt.Sprintf(" shard %d", s.Shard)
+				if s.Tier != "" {
+					site += " " + s.Tier
+				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1fs\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Address, site, s.Weight, s.State, s.SinceSeconds,
 				s.Requests, s.Replies, s.Errors, s.Failovers, p50, p99)

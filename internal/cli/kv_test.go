@@ -171,3 +171,22 @@ func TestKVWhy(t *testing.T) {
 		t.Errorf("--json: exit %d, %s", code, out.String())
 	}
 }
+
+// detour kv show says a replicated pool's policy, hedge and near sites,
+// and every replica's shard and tier.
+func TestKVShowReplicated(t *testing.T) {
+	raw, _ := json.Marshal(api.KVPool{Name: "objects", Network: "tenant", Address: "198.19.255.251:11211", Hash: "ketama", Version: 2,
+		Shards: []api.KVShard{{Name: "s0", Weight: 1}}, Policy: "static-zone", Hedge: false, NearSites: []string{"NEU"},
+		Servers: []api.KVServer{{Address: "198.19.2.1:11211", Site: "LAN", Weight: 1, Local: true, State: "up", Tier: "disk"},
+			{Address: "198.19.0.1:11211", Site: "BOR", Weight: 1, State: "up"}}})
+	var out bytes.Buffer
+	if err := printKVPool(&out, raw); err != nil {
+		t.Fatal(err)
+	}
+	flat := strings.Join(strings.Fields(out.String()), " ")
+	for _, w := range []string{"1 shards of replicas, policy static-zone, hedge off, near sites NEU", "LAN (here) shard 0 disk", "BOR shard 0 1 up"} {
+		if !strings.Contains(flat, w) {
+			t.Errorf("kv show does not say %q:\n%s", w, out.String())
+		}
+	}
+}

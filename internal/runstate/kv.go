@@ -35,6 +35,20 @@ type KVPool struct {
 	// Origin is the ID of the site that made this version.
 	Origin  uint32     `json:"origin"`
 	Servers []KVServer `json:"servers"`
+	// Shards, when set, make the pool replicated (docs/replicas.md): each
+	// server is then a replica of Shards[Server.Shard]. Policy (a read
+	// policy's name), Hedge and NearSites are set only with Shards.
+	Shards    []KVShard `json:"shards,omitempty"`
+	Policy    string    `json:"policy,omitempty"`
+	Hedge     bool      `json:"hedge,omitempty"`
+	NearSites []string  `json:"near_sites,omitempty"`
+}
+
+// KVShard is one shard of a replicated pool.
+type KVShard struct {
+	// Name is its ketama name ("": its first replica's address).
+	Name   string `json:"name,omitempty"`
+	Weight int    `json:"weight"`
 }
 
 // KVServer is one server of a pool.
@@ -47,15 +61,22 @@ type KVServer struct {
 	// Joining marks a server just added that its site has not yet
 	// confirmed (its MAC learned).
 	Joining bool `json:"joining,omitempty"`
+	// Shard is the index of the shard the server is a replica of, and
+	// Tier its storage; in a pool with shards only.
+	Shard int    `json:"shard,omitempty"`
+	Tier  string `json:"tier,omitempty"`
 }
 
 func (p KVPool) clone() KVPool {
 	p.Servers = slices.Clone(p.Servers)
+	p.Shards = slices.Clone(p.Shards)
+	p.NearSites = slices.Clone(p.NearSites)
 	return p
 }
 
 // validateKV checks the pools: names present and unique, addresses that
-// parse, versions and origins set, servers present.
+// parse, versions and origins set, servers present, and for a pool with
+// shards every shard held by a server and every server's shard listed.
 func (d *Doc) validateKV() []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -78,6 +99,47 @@ func (d *Doc) validateKV() []error {
 				bad("kv pool %q: server %q: address, site or weight wrong", p.Name, s.Address)
 			}
 		}
+		errs = append(errs, p.validateShards()...)
+	}
+	return errs
+}
+
+// validateShards checks a pool's replication: none without shards; with
+// them, a policy, weights of 1 or more, near sites named, and each shard
+// held by at least one server whose shard index is in range.
+func (p KVPool) validateShards() []error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("kv pool %q: "+format, append([]any{p.Name}, args...)...))
+	}
+	if len(p.Shards) == 0 {
+		if p.Policy != "" || p.Hedge || len(p.NearSites) > 0 ||
+			slices.ContainsFunc(p.Servers, func(s KVServer) bool { return s.Shard != 0 || s.Tier != "" }) {
+			bad("policy, hedge, near_sites, or a server's shard or tier, without shards")
+		}
+		return errs
+	}
+	if p.Policy == "" {
+		bad("shards without a policy")
+	}
+	if slices.Contains(p.NearSites, "") {
+		bad("a near site without a name")
+	}
+	held := make([]bool, len(p.Shards))
+	for i, sh := range p.Shards {
+		if sh.Weight < 1 {
+			bad("shard %d: weight %d, want 1 or more", i, sh.Weight)
+		}
+	}
+	for _, s := range p.Servers {
+		if s.Shard < 0 || s.Shard >= len(p.Shards) {
+			bad("server %q: shard %d of %d", s.Address, s.Shard, len(p.Shards))
+			continue
+		}
+		held[s.Shard] = true
+	}
+	if i := slices.Index(held, false); i >= 0 {
+		bad("shard %d has no server", i)
 	}
 	return errs
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"net/netip"
+	"reflect"
 	"testing"
 	"time"
 
@@ -150,4 +151,56 @@ func TestKVPoolsDistributed(t *testing.T) {
 		t.Fatalf("CLU restarted with nothing did not get the pool within 3 s")
 	}
 	t.Logf("CLU restarted empty: holds the pool %v after it started", n.Now().Sub(t0))
+}
+
+// TestKVReplicatedPoolDistributed: a replicated pool defined at LAN (its
+// shards' replicas at three sites on two tiers, a policy, a near zone
+// that names a site with no replica) arrives at every site, CLU only
+// through relays, with the same shards, policy, hedge, near sites and
+// each replica's shard and tier; a change of policy and near zone made
+// at NEU follows the same way.
+func TestKVReplicatedPoolDistributed(t *testing.T) {
+	n := kvNet(t, 23)
+	p := wire.KVPool{Name: "objects", Network: 1, VIP: netip.MustParseAddrPort("198.19.255.251:11211"), Policy: 2, Hedge: false,
+		NearSites: []string{"NEU", "CLU"}, Shards: []wire.KVShard{{Name: "s0", Weight: 1}, {Weight: 2}}}
+	for i, r := range []struct {
+		site, tier string
+		shard      uint16
+	}{{"LAN", "disk", 0}, {"NEU", "memory", 0}, {"BOR", "memory", 0}, {"LAN", "disk", 1}, {"BOR", "", 1}} {
+		p.Servers = append(p.Servers, wire.KVServer{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, byte(i), 1}), 11211), Weight: 1,
+			Site: r.site, Shard: r.shard, Tier: r.tier})
+	}
+	same := func(want wire.KVPool) bool {
+		for _, s := range n.Sites() {
+			if ps := s.Core.KVPools(); len(ps) != 1 || !reflect.DeepEqual(ps[0], want) {
+				return false
+			}
+		}
+		return true
+	}
+	t0 := n.Now()
+	want := setPool(t, n, "LAN", p)
+	if !want.Replicated() || want.Policy != 2 || want.Servers[1].Tier != "memory" {
+		t.Fatalf("LAN stamped %+v", want)
+	}
+	if !n.RunUntil(t0.Add(time.Second), func() bool { return same(want) }) {
+		for _, s := range n.Sites() {
+			t.Logf("%s holds %+v", s.Name, s.Core.KVPools())
+		}
+		t.Fatalf("the replicated pool defined at LAN did not reach every site whole within 1 s; want %+v", want)
+	}
+	t.Logf("replicated pool defined at LAN: on every site, whole, after %v", n.Now().Sub(t0))
+
+	q := want.Clone()
+	q.Policy, q.Hedge, q.NearSites = 0, true, []string{"BOR"}
+	t0 = n.Now()
+	want = setPool(t, n, "NEU", q)
+	if !n.RunUntil(t0.Add(time.Second), func() bool { return same(want) }) {
+		t.Fatalf("the change of policy and near zone made at NEU did not reach every site within 1 s; want %+v", want)
+	}
+	t.Logf("policy and near zone changed at NEU: on every site after %v", n.Now().Sub(t0))
+	n.RunFor(6 * time.Second) // and they stay so through a round of digests
+	if !same(want) {
+		t.Errorf("the sites differ after a round of digests")
+	}
 }

@@ -93,9 +93,21 @@ func (r kvRecord) after(q kvRecord) bool {
 	return bytes.Compare(r.enc, q.enc) > 0
 }
 
-// checkKVPool checks what the wire format does not: distinct servers, and
-// at least one that may take keys.
+// checkKVPool checks what the wire format does not: distinct servers, at
+// least one that may take keys, and at most wire.MaxKVReplicas replicas
+// in a shard.
 func checkKVPool(p *wire.KVPool) error {
+	if p.Replicated() {
+		n := make([]int, len(p.Shards))
+		for _, s := range p.Servers {
+			if int(s.Shard) >= len(n) {
+				return fmt.Errorf("%w %s: server %v: shard %d of %d", ErrKVPool, p.Name, s.Addr, s.Shard, len(n))
+			}
+			if n[s.Shard]++; n[s.Shard] > wire.MaxKVReplicas {
+				return fmt.Errorf("%w %s: shard %d has more than %d replicas", ErrKVPool, p.Name, s.Shard, wire.MaxKVReplicas)
+			}
+		}
+	}
 	usable := false
 	for i, s := range p.Servers {
 		if s.Addr.Port() == 0 || s.Addr.Addr() == p.VIP.Addr() {

@@ -159,7 +159,11 @@ func TestKVPoolRefusals(t *testing.T) {
 	for i := range 200 {
 		big.Servers = append(big.Servers, wire.KVServer{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)}), 11211), Weight: 1, Site: "s"})
 	}
-	for _, p := range []wire.KVPool{dup, drained, big} {
+	wide := kvPool("wide", wire.MaxKVReplicas+1) // one shard, one replica too many
+	wide.Shards = []wire.KVShard{{Weight: 1}}
+	lost := kvPool("lost", 2) // a server of a shard that does not exist
+	lost.Shards, lost.Servers[1].Shard = []wire.KVShard{{Weight: 1}}, 1
+	for _, p := range []wire.KVPool{dup, drained, big, wide, lost} {
 		if _, err := c.SetKVPool(h.now, p); !errors.Is(err, ErrKVPool) {
 			t.Errorf("pool %s: %v, want ErrKVPool", p.Name, err)
 		}
