@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strconv"
 	"time"
 
@@ -157,6 +158,9 @@ func startMemcached(ctx context.Context, st *State, dir, self string, disk tiers
 			if err != nil {
 				return err
 			}
+			// Root: the disk lives under the state directory, which
+			// other users may not be able to enter.
+			argv[slices.Index(argv, "nobody")] = "root"
 			argv = d.Wrap(append(argv, d.MemcachedArgs()...)...)
 			if d.HasBackground() {
 				if err := startDiskLoad(st, dir, d, s.NS, self); err != nil {

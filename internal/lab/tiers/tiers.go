@@ -173,9 +173,6 @@ func Create(dir, name string, c Config, save func(*Disk) error) (*Disk, error) {
 			return d, err
 		}
 	}
-	if err := os.Chmod(d.Mount, 0o777); err != nil {
-		return d, step(err)
-	}
 	return d, step(d.makeCgroups())
 }
 
