@@ -11,7 +11,7 @@ import (
 // fillBatch is how much the client sends a disk server before it waits
 // for extstore to take the items out of memory: memcached evicts items
 // that arrive faster than its flusher writes them to the device.
-const fillBatch = 2 << 20
+const fillBatch = 512 << 10
 
 // fill stores every object on every server, the servers in parallel, and
 // checks that none was evicted and that the disk server holds each one
@@ -67,7 +67,9 @@ func (e *env) fillServer(ctx context.Context, s *server) error {
 	if err != nil {
 		return err
 	}
-	if ev := kvload.StatInt(st, "evictions"); ev > 0 {
+	// The disk server may evict a few items its flusher had not yet
+	// written (its RAM is small on purpose); checkDisk sets them again.
+	if ev := kvload.StatInt(st, "evictions"); ev > 0 && s.Tier != "disk" {
 		return fmt.Errorf("locality: %s evicted %d items while being filled", s.Address, ev)
 	}
 	fmt.Fprintf(e.c.Log, "locality: filled %s (%s %s) in %.1f s\n", s.Address, s.Site, s.Tier, time.Since(t0).Seconds())
@@ -93,31 +95,47 @@ func waitFlushed(c *kvload.Conn) error {
 	}
 }
 
-// checkDisk checks that the disk server has every key and that its items
+// checkDisk checks that the disk server has every key, setting those it
+// evicted again one at a time (up to three passes), and that its items
 // are in extstore.
 func (e *env) checkDisk() error {
 	c := e.disk.conn
 	missing := 0
-	for _, size := range e.c.Sizes {
-		for i := 0; i < e.c.Keys[size]; i++ {
-			ok, err := c.Has(key(size, i))
-			if err != nil {
-				return err
-			}
-			if !ok {
+	for pass := 0; pass < 3; pass++ {
+		missing = 0
+		for _, size := range e.c.Sizes {
+			v := value(e.disk, size)
+			for i := 0; i < e.c.Keys[size]; i++ {
+				ok, err := c.Has(key(size, i))
+				if err != nil {
+					return err
+				}
+				if ok {
+					continue
+				}
 				missing++
+				if err := c.Set(key(size, i), v); err != nil {
+					return err
+				}
+				if err := waitFlushed(c); err != nil {
+					return err
+				}
 			}
 		}
+		if missing == 0 {
+			break
+		}
+		fmt.Fprintf(e.c.Log, "locality: set %d evicted keys again on the disk server\n", missing)
 	}
 	st, err := c.Stats()
 	if err != nil {
 		return err
 	}
 	items, ext := kvload.StatInt(st, "curr_items"), kvload.StatInt(st, "extstore_objects_used")
-	fmt.Fprintf(e.c.Log, "locality: disk %s holds %d items, %d of them in extstore (%d MB); %d missing\n",
-		e.disk.Address, items, ext, kvload.StatInt(st, "extstore_bytes_used")>>20, missing)
+	fmt.Fprintf(e.c.Log, "locality: disk %s holds %d items, %d of them in extstore (%d MB), %d evictions while filling\n",
+		e.disk.Address, items, ext, kvload.StatInt(st, "extstore_bytes_used")>>20, kvload.StatInt(st, "evictions"))
 	if missing > 0 {
-		return fmt.Errorf("locality: the disk server lost %d keys while being filled", missing)
+		return fmt.Errorf("locality: the disk server still lost %d keys after three passes", missing)
 	}
 	if ext < items*9/10 {
 		return fmt.Errorf("locality: only %d of the disk server's %d items are in extstore", ext, items)
