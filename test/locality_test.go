@@ -29,7 +29,8 @@ const locPrefix = "dtl-"
 // back makes memcached read extstore (get_extstore, extstore_bytes_read)
 // and the process read that many bytes from the device (read_bytes, the
 // page-cache misses); and the disk is slower than the memory server at
-// the same site. After `testbed down`, nothing of the disk is left.
+// the same site; `testbed disk-cap` lifts and restores the caps. After
+// `testbed down`, nothing of the disk is left.
 func TestLocalityTiers(t *testing.T) {
 	var disk testbed.DiskState
 	t.Cleanup(func() { checkDiskGone(t, disk) })
@@ -120,6 +121,22 @@ func TestLocalityTiers(t *testing.T) {
 	}
 	if !(p50d > 5*p50m) {
 		t.Errorf("100 KB: disk p50 %.2f ms is not slower than memory %.2f ms", p50d, p50m)
+	}
+
+	// `testbed disk-cap` lifts the caps (the throttle's rules go) and
+	// restores the scenario's.
+	bps := filepath.Join(d.Blkio, "blkio.throttle.read_bps_device")
+	if _, e, err := b.run("disk-cap", disk.Server, "--read-mbps", "0", "--read-iops", "0"); err != nil {
+		t.Fatalf("disk-cap: %v %s", err, e)
+	}
+	if got := strings.TrimSpace(mustRead(t, bps)); got != "" {
+		t.Errorf("after lifting the cap: %q", got)
+	}
+	if _, e, err := b.run("disk-cap", disk.Server); err != nil {
+		t.Fatalf("disk-cap: %v %s", err, e)
+	}
+	if got := strings.TrimSpace(mustRead(t, bps)); got != fmt.Sprintf("%s %d", d.Dev, 20<<20) {
+		t.Errorf("after restoring the cap: %q", got)
 	}
 }
 

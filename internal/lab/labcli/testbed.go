@@ -60,6 +60,10 @@ const testbedUsage = `usage: detour-lab testbed COMMAND [ARGS]
                                stop a site's detour agent (SIGTERM, or
                                SIGKILL with --kill: a crash) and start it
                                again with the same configuration after D
+  disk-cap SERVER [--read-mbps N] [--read-iops N]
+                               change the read caps of a kv server's disk tier
+                               (SERVER: IP:port; 0 lifts a cap; no flags: the
+                               scenario's caps again)
   scenario NAME                print a shipped scenario's YAML
   ui SITE [--listen ADDR]      SITE's map page with the emulator's truth beside
                                the agent's estimates (default 127.0.0.1:7450)
@@ -86,7 +90,7 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	sub := map[string]func([]string, io.Writer, io.Writer) error{
 		"up": tbUp, "down": tbDown, "status": tbStatus, "exec": tbExec, "link": tbLink,
 		"truth": tbTruth, "traffic": tbTraffic, "scenario": tbScenario, "wanem": tbWanem, "migrate": tbMigrate,
-		"restart-agent": tbRestartAgent, "flood": tbFlood, "ui": tbUI,
+		"restart-agent": tbRestartAgent, "flood": tbFlood, "ui": tbUI, "disk-cap": tbDiskCap,
 	}
 	run, ok := sub[args[0]]
 	if !ok {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/detour-overlay/detour/internal/cli/command"
+	"github.com/detour-overlay/detour/internal/lab/testbed"
 	"github.com/detour-overlay/detour/internal/lab/tiers"
 )
 
@@ -43,4 +44,37 @@ func runTiers(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "tiers load", err)
 	}
 	return 0
+}
+
+// tbDiskCap changes the read caps of a kv server's disk tier.
+func tbDiskCap(args []string, stdout, stderr io.Writer) error {
+	fs, dir := newFlags("disk-cap", stderr)
+	mbps := fs.Int("read-mbps", -1, "read bandwidth cap in MiB/s (0: none; default: the scenario's)")
+	iops := fs.Int("read-iops", -1, "read I/Os per second cap (0: none; default: the scenario's)")
+	pos, _, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 1, "SERVER (IP:port)"); err != nil {
+		return err
+	}
+	st, err := testbed.LoadState(*dir)
+	if err != nil {
+		return err
+	}
+	d := st.DiskOf(pos[0])
+	if d == nil {
+		return fmt.Errorf("%s has no disk tier in this testbed", pos[0])
+	}
+	if *mbps < 0 {
+		*mbps = d.Config.ReadMBps
+	}
+	if *iops < 0 {
+		*iops = d.Config.ReadIOPS
+	}
+	if err := d.SetCap(*mbps, *iops); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: reads capped at %d MiB/s and %d IOPS (0: none)\n", pos[0], *mbps, *iops)
+	return nil
 }
