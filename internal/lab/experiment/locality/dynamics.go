@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/lab/scenario"
@@ -14,8 +15,8 @@ import (
 // client's path to the nearby site (each way).
 const DynamicsSlowDelay = 40 * time.Millisecond
 
-// dynamics reads DynamicsSize-byte objects on every row without pause
-// through five steps of DynamicsStep each: as built; the nearby path
+// dynamics reads DynamicsSize-byte objects on every row, the rows
+// concurrently, through five steps of DynamicsStep each: as built; the nearby path
 // slowed to DynamicsSlowDelay each way (`testbed link set`); the path
 // restored; the local disk's cap lifted; the cap restored. Reads should
 // leave the nearby site within 2 s of the first change and come home
@@ -61,7 +62,6 @@ func (e *env) dynamics(ctx context.Context, t *tb, rows []Row, rng *rand.Rand) (
 	}
 	var out []Sample
 	var events []Event
-	round := 0
 	for _, st := range steps {
 		if st.change != nil {
 			at := time.Now()
@@ -71,18 +71,39 @@ func (e *env) dynamics(ctx context.Context, t *tb, rows []Row, rng *rand.Rand) (
 			events = append(events, Event{At: at, What: st.name})
 		}
 		fmt.Fprintf(e.c.Log, "locality: dynamics: %s for %v\n", st.name, e.c.DynamicsStep)
-		end := time.Now().Add(e.c.DynamicsStep)
-		for time.Now().Before(end) {
-			s, err := e.measure(ctx, rows, e.c.DynamicsSize, st.name, 1, rng)
-			for i := range s {
-				s[i].Round = round
-			}
-			out = append(out, s...)
-			round++
-			if err != nil {
-				return out, events, err
-			}
+		s, err := e.concurrently(ctx, rows, st.name, time.Now().Add(e.c.DynamicsStep), rng.Uint64())
+		out = append(out, s...)
+		if err != nil {
+			return out, events, err
 		}
 	}
 	return out, events, nil
+}
+
+// concurrently reads on every row at once, each row in a loop of its own
+// with the client's pause between reads, until end: a read that stalls
+// (a TCP retransmission on a changed path) holds up its own row only,
+// so each row's time series shows when it moved.
+func (e *env) concurrently(ctx context.Context, rows []Row, phase string, end time.Time, seed uint64) ([]Sample, error) {
+	var wg sync.WaitGroup
+	per := make([][]Sample, len(rows))
+	for i := range rows {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(i)))
+			for round := 0; time.Now().Before(end) && ctx.Err() == nil; round++ {
+				per[i] = append(per[i], e.read(ctx, &rows[i], e.c.DynamicsSize, rng.IntN(e.c.Keys[e.c.DynamicsSize]), phase, round))
+				if e.c.Pause > 0 {
+					time.Sleep(e.c.Pause)
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	var out []Sample
+	for _, s := range per {
+		out = append(out, s...)
+	}
+	return out, ctx.Err()
 }

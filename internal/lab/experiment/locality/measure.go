@@ -20,6 +20,10 @@ var (
 	Tiers    = []string{"local-memory", "local-disk", "nearby-memory", "remote-memory"}
 )
 
+// ReadTimeout bounds a timed read: one that takes longer counts as an
+// error and its connection is opened anew.
+const ReadTimeout = 3 * time.Second
+
 // rows opens one connection per row: the tiers, the static policies
 // applied by the client, and with ViaDetour every pool's virtual
 // address.
@@ -30,6 +34,7 @@ func (e *env) rows(ctx context.Context) ([]Row, error) {
 		if err != nil {
 			return err
 		}
+		conn.Timeout = ReadTimeout
 		rows = append(rows, Row{Policy: policy, Mode: mode, Target: target, conn: conn})
 		return nil
 	}
@@ -146,6 +151,7 @@ func (e *env) read(ctx context.Context, row *Row, size, i int, phase string, rou
 			s.Err = err.Error()
 			return s
 		}
+		c.Timeout = ReadTimeout
 		row.conn = c
 	}
 	v, ok, err := row.conn.Get(key(size, i))
