@@ -18,6 +18,7 @@ import (
 	"github.com/detour-overlay/detour/internal/lab/experiment/nsnet"
 	"github.com/detour-overlay/detour/internal/lab/kvload"
 	"github.com/detour-overlay/detour/internal/lab/testbed"
+	"github.com/detour-overlay/detour/internal/lab/tiers"
 )
 
 // locPrefix names the namespaces of the locality test.
@@ -32,6 +33,11 @@ const locPrefix = "dtl-"
 // the same site; `testbed disk-cap` lifts and restores the caps. After
 // `testbed down`, nothing of the disk is left.
 func TestLocalityTiers(t *testing.T) {
+	for _, root := range []string{tiers.BlkioRoot, tiers.MemoryRoot} {
+		if _, err := os.Stat(root); err != nil {
+			t.Skipf("the disk tier needs the cgroup v1 hierarchy %s: %v", root, err)
+		}
+	}
 	var disk testbed.DiskState
 	t.Cleanup(func() { checkDiskGone(t, disk) })
 	b := upWith(t, locPrefix, "locality", "--overlay", "detour-plain")

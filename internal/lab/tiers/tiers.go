@@ -124,6 +124,11 @@ func (d *Disk) LoadPath() string { return filepath.Join(d.Mount, "load") }
 // the partial record is returned for Remove.
 func Create(dir, name string, c Config, save func(*Disk) error) (*Disk, error) {
 	c = c.WithDefaults()
+	for _, root := range []string{BlkioRoot, MemoryRoot} {
+		if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
+			return nil, fmt.Errorf("tiers: a disk tier needs the cgroup v1 hierarchy %s (blkio throttle, memory limit): %w", root, err)
+		}
+	}
 	if c.FileMB < 128 {
 		return nil, fmt.Errorf("tiers: a disk needs at least 128 MB (file_mb %d)", c.FileMB)
 	}

@@ -257,6 +257,13 @@ func (r *Result) WriteReport(w io.Writer) error {
 		d.Server, d.ReadMBps, d.ReadIOPS, d.ClientReads, float64(d.ClientBytes)/1e6, d.Counters["get_extstore"],
 		float64(d.Counters["extstore_bytes_read"])/1e6, d.Counters["recache_from_extstore"], float64(d.Counters["process_read_bytes"])/1e6)
 	for _, m := range Moves(r.Samples, r.Events) {
+		if m.Mode == ModeTier {
+			continue
+		}
+		if m.AfterMS < 0 {
+			fmt.Fprintf(w, "dynamics: %s/%s after %s: stayed %s\n", m.Policy, m.Mode, m.Event, m.Before)
+			continue
+		}
 		fmt.Fprintf(w, "dynamics: %s/%s after %s: %s -> %s in %.0f ms\n", m.Policy, m.Mode, m.Event, m.Before, m.After, m.AfterMS)
 	}
 	return nil
