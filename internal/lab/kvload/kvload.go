@@ -61,7 +61,9 @@ type Config struct {
 	// KeyPrefix starts every key (default "kvload:").
 	KeyPrefix string `json:"key_prefix"`
 	// ValueSize is the size of a set's value in bytes (default 32); over
-	// UDP a set must fit one datagram, so at most MaxUDPValue.
+	// UDP a set must fit one datagram, so at most MaxUDPValue, unless
+	// the run only gets (GetRatio 1): the prefill then sets the values
+	// over TCP, and each get's reply is reassembled from its datagrams.
 	ValueSize int `json:"value_size"`
 	// Duration is how long requests are sent (default 1 s).
 	Duration time.Duration `json:"duration_ns"`
@@ -167,8 +169,8 @@ func withDefaults(c Config) (Config, error) {
 	if len(c.KeyPrefix)+20 > 250 {
 		return c, errors.New("kvload: key prefix too long for memcached's 250-byte keys")
 	}
-	if c.Protocol == BinaryUDP && c.ValueSize > MaxUDPValue {
-		return c, fmt.Errorf("kvload: value size %d does not fit one datagram (at most %d)", c.ValueSize, MaxUDPValue)
+	if c.Protocol == BinaryUDP && c.ValueSize > MaxUDPValue && c.GetRatio < 1 {
+		return c, fmt.Errorf("kvload: value size %d does not fit one datagram (at most %d); larger values only with get ratio 1 (prefilled over TCP)", c.ValueSize, MaxUDPValue)
 	}
 	if c.Protocol == BinaryUDP && c.Outstanding/c.Connections > 1<<15 {
 		return c, errors.New("kvload: too many outstanding requests per UDP socket")
@@ -298,7 +300,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.Prefill {
 		fc := &fillCounter{end: cfg.Keys}
-		if _, err := runPhase(ctx, cfg, fc, 10*time.Minute); err != nil {
+		pc := cfg
+		if pc.Protocol == BinaryUDP && pc.ValueSize > MaxUDPValue {
+			// memcached drops a request of several datagrams: large
+			// values are set over TCP (ASCII) on the same address.
+			pc.Protocol, pc.Servers = ASCIITCP, nil
+		}
+		if _, err := runPhase(ctx, pc, fc, 10*time.Minute); err != nil {
 			return nil, fmt.Errorf("kvload: prefill: %w", err)
 		}
 	}

@@ -14,13 +14,62 @@ import (
 	"github.com/detour-overlay/detour/internal/kv/ring"
 )
 
-// slot is one of a UDP socket's outstanding requests.
+// slot is one of a UDP socket's outstanding requests, and the reply
+// datagrams it has received. memcached sends a reply longer than one
+// datagram (1400 bytes) as several, each behind a frame header with the
+// request id, its sequence number and the total; they may arrive in any
+// order, and the reply is complete when all have.
 type slot struct {
 	id     uint16
 	start  time.Time
 	isGet  bool
 	active bool
+	// total is the reply's datagram count (0 until one arrived), got the
+	// distinct datagrams received, seen their sequence numbers.
+	total, got uint16
+	seen       [maxReplyDatagrams / 64]uint64
+	// head is set when datagram 0 (with the binary header) arrived;
+	// status is its status.
+	head   bool
+	status uint16
 }
+
+// maxReplyDatagrams bounds the datagrams of one reply: 1024 of 1400
+// bytes hold a value of 1.4 MB, more than memcached's default item size.
+const maxReplyDatagrams = 1024
+
+// add notes datagram p (frame header first) of the slot's reply and
+// reports whether the reply is complete; ok is false for a datagram that
+// does not belong to it (a bad sequence number or total).
+func (sl *slot) add(p []byte) (done, ok bool) {
+	var fh memcache.FrameHeader
+	if len(p) < memcache.FrameHeaderLen {
+		return false, false
+	}
+	fh.RequestID = binary.BigEndian.Uint16(p[0:])
+	fh.Seq = binary.BigEndian.Uint16(p[2:])
+	fh.Total = binary.BigEndian.Uint16(p[4:])
+	if fh.Total == 0 || fh.Total > maxReplyDatagrams || fh.Seq >= fh.Total || (sl.total != 0 && fh.Total != sl.total) {
+		return false, false
+	}
+	if fh.Seq == 0 {
+		if len(p) < memcache.FrameHeaderLen+memcache.HeaderLen || p[memcache.FrameHeaderLen] != memcache.MagicResponse {
+			return false, false
+		}
+		sl.head = true
+		sl.status = binary.BigEndian.Uint16(p[memcache.FrameHeaderLen+6:])
+	}
+	sl.total = fh.Total
+	w, bit := fh.Seq/64, uint64(1)<<(fh.Seq%64)
+	if sl.seen[w]&bit == 0 {
+		sl.seen[w] |= bit
+		sl.got++
+	}
+	return sl.got == sl.total, true
+}
+
+// udpReadBuffer is the receive buffer a UDP worker asks for.
+const udpReadBuffer = 4 << 20
 
 // udpPoll is how often a UDP worker looks for requests past their timeout
 // while no reply arrives.
@@ -36,6 +85,11 @@ func runUDP(ctx context.Context, cfg Config, wl *workload, s *stats, depth int, 
 		return fmt.Errorf("kvload: %w", err)
 	}
 	defer conn.Close()
+	// A 1 MB value comes back as 719 datagrams at once: room for them
+	// (up to net.core.rmem_max).
+	if uc, ok := conn.(*net.UDPConn); ok {
+		_ = uc.SetReadBuffer(udpReadBuffer)
+	}
 
 	slots := make([]slot, depth)
 	// Every request gets the next request id; a reply is matched to the
@@ -101,7 +155,10 @@ func runUDP(ctx context.Context, cfg Config, wl *workload, s *stats, depth int, 
 		if !ok {
 			continue
 		}
-		status := binary.BigEndian.Uint16(rbuf[memcache.FrameHeaderLen+6:])
+		if done, ok := slots[i].add(rbuf[:n]); !ok || !done {
+			continue
+		}
+		status := slots[i].status
 		switch {
 		case status == 0 && slots[i].isGet:
 			s.hits++
@@ -153,17 +210,13 @@ func udpTarget(ctx context.Context, cfg Config) (net.Conn, func(b, key []byte) e
 	return conn, func(b, key []byte) error { _, err := conn.WriteToUDP(b, addrs[rg.Owner(key)]); return err }, nil
 }
 
-// matchReply returns the slot a datagram answers: a first datagram of a
-// binary reply whose request id belongs to an active slot.
+// matchReply returns the slot a datagram answers: one whose request id
+// belongs to an active slot.
 func matchReply(p []byte, slots []slot) (int, bool) {
-	if len(p) < memcache.FrameHeaderLen+memcache.HeaderLen {
+	if len(p) < memcache.FrameHeaderLen {
 		return 0, false
 	}
 	id := binary.BigEndian.Uint16(p[0:])
-	seq := binary.BigEndian.Uint16(p[2:])
-	if seq != 0 || p[memcache.FrameHeaderLen] != memcache.MagicResponse {
-		return 0, false
-	}
 	for i := range slots {
 		if slots[i].active && slots[i].id == id {
 			return i, true

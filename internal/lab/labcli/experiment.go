@@ -20,11 +20,13 @@ import (
 )
 
 func init() {
-	lab.Register(command.Command{Name: "experiment", Summary: "run an experiment on the testbed (lanman2017: geo-replicated ZooKeeper)", Run: runExperiment,
+	lab.Register(command.Command{Name: "experiment", Summary: "run an experiment on the testbed (lanman2017: geo-replicated ZooKeeper; locality: nearby memory against local disk)", Run: runExperiment,
 		Usage: strings.TrimPrefix(experimentUsage, "usage: detour-lab ")})
 }
 
-const experimentUsage = `usage: detour-lab experiment lanman2017 [--overlays vxlan,tinc,detour] [--short] [--out DIR] [--ops N]
+const experimentUsage = `usage: detour-lab experiment locality [--short] [--out DIR] [--rounds N] [--via-detour] [--dynamics]
+                                 [--plot SCRIPT|none] [--detour-bin PATH]
+       detour-lab experiment lanman2017 [--overlays vxlan,tinc,detour] [--short] [--out DIR] [--ops N]
                                    [--store zookeeper|etcd] [--continuous OVERLAYS] [--plot SCRIPT|none]
                                    [--detour-bin PATH]
 
@@ -36,6 +38,11 @@ a summary with the latency model's predictions, plots and versions to DIR
 and prints the summary table. The agents run the detour binary
 --detour-bin, else $DETOUR_BIN, else the file detour next to detour-lab.
 Needs root.
+
+locality: the data-locality experiment (issue 18, docs/locality.md): a
+client at ZRH reads 1 KB to 1 MB objects from a capped local disk, nearby
+memory (MXP) and remote memory (IAD), and compares replica-choice policies
+side by side; writes samples, summary.csv and plots to DIR.
 
 `
 
@@ -52,8 +59,11 @@ func runExperiment(args []string, stdout, stderr io.Writer) int {
 		io.WriteString(stderr, experimentUsage)
 		return 2
 	}
+	if args[0] == "locality" {
+		return runLocality(args[1:], stdout, stderr)
+	}
 	if args[0] != "lanman2017" {
-		return fail(stderr, "experiment", fmt.Errorf("%w: unknown experiment %q (known: lanman2017)", errUsage, args[0]))
+		return fail(stderr, "experiment", fmt.Errorf("%w: unknown experiment %q (known: lanman2017, locality)", errUsage, args[0]))
 	}
 	opt, err := parseExperiment(args[1:], stderr)
 	if err != nil {
@@ -183,16 +193,22 @@ func experiment(o experimentOptions, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// plot runs the plotting script on the results directory; a missing
-// script or matplotlib only costs the plots.
+// plot runs the lanman2017 plotting script on the results directory.
 func plot(script, bin, dir string, stderr io.Writer) {
+	plotScript(script, "plot_experiment.py", bin, dir, stderr)
+}
+
+// plotScript runs a plotting script (script, else scripts/NAME next to
+// the binary or in the working directory) on the results directory; a
+// missing script or matplotlib only costs the plots.
+func plotScript(script, name, bin, dir string, stderr io.Writer) {
 	if script == "none" {
 		return
 	}
 	if script == "" {
 		for _, c := range []string{
-			filepath.Join(filepath.Dir(bin), "..", "scripts", "plot_experiment.py"),
-			filepath.Join("scripts", "plot_experiment.py"),
+			filepath.Join(filepath.Dir(bin), "..", "scripts", name),
+			filepath.Join("scripts", name),
 		} {
 			if _, err := os.Stat(c); err == nil {
 				script = c
@@ -201,7 +217,7 @@ func plot(script, bin, dir string, stderr io.Writer) {
 		}
 	}
 	if script == "" {
-		fmt.Fprintln(stderr, "detour-lab experiment: scripts/plot_experiment.py not found; no plots")
+		fmt.Fprintf(stderr, "detour-lab experiment: scripts/%s not found; no plots\n", name)
 		return
 	}
 	// Debian's python3-matplotlib belongs to /usr/bin/python3, which may not

@@ -67,6 +67,10 @@ const testbedUsage = `usage: detour-lab testbed COMMAND [ARGS]
   nat-rebind SITE [--port N]   give a NATed site's gateway a new mapping
                                (source port N, default 40001) and flush
                                the old ones, as a NAT that restarts
+  disk-cap SERVER [--read-mbps N] [--read-iops N]
+                               change the read caps of a kv server's disk tier
+                               (SERVER: IP:port; 0 lifts a cap; no flags: the
+                               scenario's caps again)
   scenario NAME                print a shipped scenario's YAML
   ui SITE [--listen ADDR]      SITE's map page with the emulator's truth beside
                                the agent's estimates (default 127.0.0.1:7450)
@@ -93,7 +97,7 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	sub := map[string]func([]string, io.Writer, io.Writer) error{
 		"up": tbUp, "down": tbDown, "status": tbStatus, "exec": tbExec, "link": tbLink,
 		"truth": tbTruth, "traffic": tbTraffic, "scenario": tbScenario, "wanem": tbWanem, "migrate": tbMigrate,
-		"restart-agent": tbRestartAgent, "nat-rebind": tbNATRebind, "flood": tbFlood, "ui": tbUI,
+		"restart-agent": tbRestartAgent, "nat-rebind": tbNATRebind, "flood": tbFlood, "ui": tbUI, "disk-cap": tbDiskCap,
 	}
 	run, ok := sub[args[0]]
 	if !ok {

@@ -91,7 +91,9 @@ type Scenario struct {
 	Timeline    []Event `yaml:"timeline,omitempty"`
 	// KVPools are memcached pools the testbed runs (see KVPool).
 	KVPools []KVPool `yaml:"kv_pools,omitempty"`
-	lines   lineInfo `yaml:"-"`
+	// KVDisk sets up the disk tier of kv servers with tier disk.
+	KVDisk *KVDisk  `yaml:"kv_disk,omitempty"`
+	lines  lineInfo `yaml:"-"`
 }
 
 // Site is one data centre: a gateway and its hosts.
@@ -285,6 +287,9 @@ func (s *Scenario) validate() error {
 		return err
 	}
 	if err := s.validateTraffic(); err != nil {
+		return err
+	}
+	if err := s.validateKVDisk(); err != nil {
 		return err
 	}
 	if err := s.validateKV(); err != nil {

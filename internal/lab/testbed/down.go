@@ -38,6 +38,7 @@ func Down(dir string) error {
 	for i := len(st.Procs) - 1; i >= 0; i-- {
 		st.Procs[i].Kill(3 * time.Second)
 	}
+	keep(removeDisks(st))
 	for _, ns := range append(st.Namespaces(), listNamespaces(st.Prefix)...) {
 		keep(deleteNamespace(ns))
 	}

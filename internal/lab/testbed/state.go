@@ -54,6 +54,8 @@ type State struct {
 	Held []string `json:"held,omitempty"`
 	// KVPools are the scenario's memcached pools (kv.go).
 	KVPools []KVPoolState `json:"kv_pools,omitempty"`
+	// Disks are the disk tiers of kv servers (kv.go, package tiers).
+	Disks []DiskState `json:"disks,omitempty"`
 }
 
 // SiteState names one site's namespaces and addresses.

@@ -204,7 +204,7 @@ func Up(ctx context.Context, o Options) (st *State, err error) {
 		{"underlay " + o.Underlay, func() error { return startUnderlay(ctx, st, o) }},
 		{"NAT", func() error { return setupNAT(st, sc, o) }},
 		{"overlay " + o.Overlay, func() error { return startOverlay(ctx, st, sc, o) }},
-		{"memcached", func() error { return startMemcached(ctx, st, o.StateDir) }},
+		{"memcached", func() error { return startMemcached(ctx, st, o.StateDir, o.Self, diskConfig(sc)) }},
 	}
 	for _, s := range steps {
 		if ctx.Err() != nil {
