@@ -63,6 +63,13 @@ type Config struct {
 	// ForgetAfter removes members that have been down or gone for this
 	// long.
 	ForgetAfter time.Duration
+	// Economy selects the measurement whose control traffic grows slower
+	// than the number of pairs (docs/scaling.md): link-state reports that
+	// carry only the links that changed, and links probed at full rate
+	// only where a failure must be covered at once. False keeps the
+	// earlier scheme: every link probed alike, every report the whole
+	// row.
+	Economy     bool
 	LinkState   linkstate.OriginatorConfig
 	Routing     routing.Config
 	Filter      measure.FilterConfig
