@@ -69,11 +69,11 @@ type Config struct {
 	// only where a failure must be covered at once. False keeps the
 	// earlier scheme: every link probed alike, every report the whole
 	// row.
-	Economy     bool
-	LinkState   linkstate.OriginatorConfig
-	Routing     routing.Config
-	Filter      measure.FilterConfig
-	Loss        measure.LossConfig
+	Economy   bool
+	LinkState linkstate.OriginatorConfig
+	Routing   routing.Config
+	Filter    measure.FilterConfig
+	Loss      measure.LossConfig
 }
 
 // DefaultMaxProbeRate is the default cap on probes per second per site:

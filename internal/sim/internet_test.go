@@ -181,7 +181,6 @@ func TestInternetLossRoutes(t *testing.T) {
 	}
 }
 
-
 // lossRates are the loss rates of TestInternetLossRoutes; DETOUR_SIM_LOSS
 // (a comma-separated list of percentages) replaces them.
 func lossRates() []float64 {
