@@ -118,6 +118,9 @@ const maxPendingSwitches = 256
 
 // New returns a node for cfg, started at now.
 func New(cfg Config, now time.Time) (*Node, error) {
+	if cfg.Economy {
+		cfg = economize(cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -230,8 +233,8 @@ func (n *Node) refreshNeeded(now time.Time) bool {
 			continue
 		}
 		lr := m.link.LastReply()
-		if fired(m.lastHeard.Add(n.timers.down)) || (!lr.IsZero() && (fired(lr.Add(m.link.DownAfter())) ||
-			(n.timers.suspect > 0 && fired(lr.Add(n.timers.suspect))))) {
+		if fired(m.lastHeard.Add(n.downAfter(m))) || (!lr.IsZero() && (fired(lr.Add(m.link.DownAfter())) ||
+			(n.suspectAfter(m) > 0 && fired(lr.Add(n.suspectAfter(m)))))) {
 			return true
 		}
 	}
@@ -308,11 +311,11 @@ func (n *Node) computeDeadline() time.Time {
 		}
 		earlier(m.nextProbe)
 		if m.state == StateAlive {
-			earlier(m.lastHeard.Add(n.timers.down))
+			earlier(m.lastHeard.Add(n.downAfter(m)))
 			if lr := m.link.LastReply(); !lr.IsZero() {
 				earlier(lr.Add(m.link.DownAfter()))
-				if n.timers.suspect > 0 {
-					earlier(lr.Add(n.timers.suspect))
+				if s := n.suspectAfter(m); s > 0 {
+					earlier(lr.Add(s))
 				}
 			}
 		}
@@ -344,10 +347,7 @@ func (n *Node) probe(now time.Time) {
 		if m.state == StateLeft || now.Before(m.nextProbe) {
 			continue
 		}
-		iv := n.timers.probe
-		if m.state == StateDown {
-			iv = n.cfg.DownProbeInterval
-		}
+		iv := n.probeInterval(m)
 		// Keep a steady cadence but never fall behind by more than a tick.
 		m.nextProbe = m.nextProbe.Add(iv)
 		if m.nextProbe.Before(now) {
@@ -363,6 +363,10 @@ func (n *Node) probe(now time.Time) {
 func (n *Node) originate(now time.Time) {
 	links := n.ownLinks(now)
 	n.db.SetOwn(now, n.self, n.inc, links)
+	if n.cfg.Economy {
+		n.originateDelta(now, links)
+		return
+	}
 	if !n.orig.Due(now, links) {
 		return
 	}
@@ -483,6 +487,9 @@ func (n *Node) route(now time.Time) {
 	}
 	sw := n.router.Update(now, mx, addrs)
 	n.deadlineStale = true // held switches have deadlines
+	if n.cfg.Economy {
+		n.markHot(now)
+	}
 	for _, s := range sw {
 		if s.From != nil {
 			n.counters.Switches++
@@ -497,11 +504,11 @@ func (n *Node) route(now time.Time) {
 // suspect reports whether this site's link to m has missed replies for
 // SuspectAfter (it is in doubt, not yet down).
 func (n *Node) suspect(now time.Time, m *member) bool {
-	if m == nil || n.timers.suspect <= 0 {
+	if m == nil || n.suspectAfter(m) <= 0 {
 		return false
 	}
 	lr := m.link.LastReply()
-	return !lr.IsZero() && now.Sub(lr) >= n.timers.suspect
+	return !lr.IsZero() && now.Sub(lr) >= n.suspectAfter(m)
 }
 
 // sortedMembers returns the members in ID order (so that a node's output

@@ -43,6 +43,9 @@ type Link struct {
 	// this site's knowledge, not carried on the wire.
 	UpSince  time.Time
 	Flapping bool
+	// seq is the sequence number of the message that last set this
+	// entry: a delta message updates only entries older than itself.
+	seq uint32
 }
 
 // FlapWindow is how soon after going down a link that comes back up is
@@ -85,6 +88,9 @@ const (
 // Apply stores a received link-state message if it is newer than the one
 // held for its origin.
 func (db *DB) Apply(now time.Time, ls *wire.LinkState) Outcome {
+	if ls.Delta {
+		return db.applyDelta(now, ls)
+	}
 	o := db.origins[ls.Origin]
 	if o != nil && !newer(ls.Incarnation, ls.Seq, o.Incarnation, o.Seq) {
 		return Stale
@@ -94,9 +100,63 @@ func (db *DB) Apply(now time.Time, ls *wire.LinkState) Outcome {
 		Links: make(map[wire.SiteID]Link, len(ls.Entries))}
 	for i := range ls.Entries {
 		l := FromWire(ls.Origin, &ls.Entries[i])
+		l.seq = ls.Seq
 		o.Links[l.To] = l
 	}
 	db.replace(now, old, o)
+	return Accepted
+}
+
+// applyDelta applies a delta message: a newer incarnation starts the
+// origin's row afresh with the entries carried; within the incarnation
+// each entry replaces the one held if the message is newer than the
+// message that set it, so that reordered messages cannot roll an entry
+// back. The report is updated in place. The message is Stale when it
+// changed nothing (a copy already applied, or an older incarnation).
+func (db *DB) applyDelta(now time.Time, ls *wire.LinkState) Outcome {
+	o := db.origins[ls.Origin]
+	if o != nil && ls.Incarnation < o.Incarnation {
+		return Stale
+	}
+	if o == nil || ls.Incarnation > o.Incarnation {
+		fresh := &Origin{ID: ls.Origin, Incarnation: ls.Incarnation, Seq: ls.Seq, Received: now,
+			Links: make(map[wire.SiteID]Link, len(ls.Entries))}
+		for i := range ls.Entries {
+			l := FromWire(ls.Origin, &ls.Entries[i])
+			l.seq = ls.Seq
+			fresh.Links[l.To] = l
+		}
+		db.replace(now, o, fresh)
+		return Accepted
+	}
+	applied := int32(ls.Seq-o.Seq) > 0
+	for i := range ls.Entries {
+		l := FromWire(ls.Origin, &ls.Entries[i])
+		l.seq = ls.Seq
+		p, had := o.Links[l.To]
+		if had && int32(ls.Seq-p.seq) <= 0 {
+			continue
+		}
+		applied = true
+		key := [2]wire.SiteID{o.ID, l.To}
+		switch {
+		case l.Up && had && p.Up:
+			l.UpSince, l.Flapping = p.UpSince, p.Flapping
+		case l.Up:
+			down, ok := db.downAt[key]
+			l.UpSince, l.Flapping = now, ok && now.Sub(down) < FlapWindow
+		case had && p.Up:
+			db.downAt[key] = now
+		}
+		o.Links[l.To] = l
+	}
+	if !applied {
+		return Stale
+	}
+	if int32(ls.Seq-o.Seq) > 0 {
+		o.Seq = ls.Seq
+	}
+	o.Received = now
 	return Accepted
 }
 

@@ -56,6 +56,13 @@ import "time"
 // negative and is only meaningful in sums and differences of paths between
 // the same two sites.
 
+// Flag 0x02 (FlagDelta) says the message carries only some of the
+// origin's links, those that changed and a share refreshed in turn: the
+// receiver updates the entries listed and keeps the others (an entry
+// older than the one held, by sequence number, is ignored). Without it
+// the message is the origin's whole row and replaces what is held. A
+// row too long for one datagram is sent as several delta messages.
+
 // Link-state sizes.
 const (
 	LinkStateFixedLen = CommonHeaderLen + 4 + 8 + 4 + 4
@@ -68,6 +75,10 @@ const (
 // FlagLossSamples marks a link-state message whose entries carry the
 // number of probes their loss is over.
 const FlagLossSamples uint8 = 1 << 0
+
+// FlagDelta marks a link-state message that updates only the entries it
+// carries.
+const FlagDelta uint8 = 1 << 1
 
 // LinkFlagUp marks a link as up in LinkEntry.Flags.
 const LinkFlagUp uint8 = 1 << 0
@@ -93,7 +104,10 @@ type LinkState struct {
 	Origin      SiteID
 	Incarnation uint64
 	Seq         uint32
-	Entries     []LinkEntry
+	// Delta says the entries update the origin's row rather than
+	// replace it (FlagDelta).
+	Delta   bool
+	Entries []LinkEntry
 }
 
 // LinkStateLen returns the encoded length of a message with n entries.
@@ -106,7 +120,11 @@ func AppendLinkState(b []byte, ls *LinkState) ([]byte, error) {
 		return b, ErrMalformed
 	}
 	var h [LinkStateFixedLen]byte
-	PutCommon(h[:], TypeLinkState, FlagLossSamples)
+	flags := FlagLossSamples
+	if ls.Delta {
+		flags |= FlagDelta
+	}
+	PutCommon(h[:], TypeLinkState, flags)
 	be.PutUint32(h[4:], uint32(ls.Origin))
 	be.PutUint64(h[8:], ls.Incarnation)
 	be.PutUint32(h[16:], ls.Seq)
@@ -148,6 +166,7 @@ func ParseLinkState(b []byte, ls *LinkState) error {
 		return ErrTruncated
 	}
 	_, flags, _ := ParseCommon(b)
+	ls.Delta = flags&FlagDelta != 0
 	ls.Entries = ls.Entries[:0]
 	off := LinkStateFixedLen
 	for i := 0; i < n; i++ {

@@ -1,0 +1,147 @@
+package control
+
+import (
+	"time"
+
+	"github.com/detour-overlay/detour/internal/linkstate"
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// The measurement economy (Config.Economy; figures in docs/scaling.md).
+//
+// Probing. A member that relays one of this site's routes (on its path
+// or its backup) is hot: it is probed every ProbeInterval and suspected
+// and declared down after SuspectAfter and DownAfter, whatever the size
+// of the overlay, so that a dead relay is covered as fast as in a small
+// overlay. Every other member is probed at a rate that costs at most
+// coldProbeRate probes a second in all, and at least once every
+// coldMaxInterval: its link matters only if it changes by more than the
+// routing margin, and the estimator follows a lasting change within
+// three probes.
+//
+// Link state. Reports carry only the links that changed (by
+// economyDeltaDelay or more, or in state, round trip or loss), each
+// repeated in the next economyRepeats reports, and a share of the other
+// links so that every link is sent again at least every full refresh
+// interval (economyFullRefreshPerMember per member, at least
+// economyFullRefreshMin). A report goes out at least every
+// economyRefresh, which keeps it fresh at the receivers (they expire it
+// after economyExpire). A member that becomes alive is sent the whole row
+// at once.
+const (
+	coldProbeRate   = 100
+	coldMaxInterval = time.Second
+
+	economyDeltaDelay           = 250 * time.Microsecond
+	economyRepeats              = 2
+	economyRefresh              = 2 * time.Second
+	economyExpire               = 7 * time.Second
+	economyFullRefreshMin       = 30 * time.Second
+	economyFullRefreshPerMember = 400 * time.Millisecond
+)
+
+// economize returns cfg with the link-state settings of the economy.
+func economize(cfg Config) Config {
+	cfg.LinkState.Delta = true
+	cfg.LinkState.DeltaDelay = economyDeltaDelay
+	cfg.LinkState.Repeats = economyRepeats
+	cfg.LinkState.Refresh = max(cfg.LinkState.Refresh, economyRefresh)
+	cfg.LinkState.FullRefresh = economyFullRefreshMin
+	cfg.ExpireAfter = max(cfg.ExpireAfter, economyExpire)
+	return cfg
+}
+
+// probeInterval is the time between two probes to m.
+func (n *Node) probeInterval(m *member) time.Duration {
+	switch {
+	case m.state == StateDown:
+		return n.cfg.DownProbeInterval
+	case n.cfg.Economy && m.hot:
+		return n.cfg.ProbeInterval
+	}
+	return n.timers.probe
+}
+
+// suspectAfter is how long m's link may miss replies before it is
+// suspect (zero: never).
+func (n *Node) suspectAfter(m *member) time.Duration {
+	if n.cfg.Economy && m.hot {
+		return n.cfg.SuspectAfter
+	}
+	return n.timers.suspect
+}
+
+// downAfter is how long m's link may miss replies, and m be silent,
+// before it is down.
+func (n *Node) downAfter(m *member) time.Duration {
+	if n.cfg.Economy && m.hot {
+		return n.cfg.DownAfter
+	}
+	return n.timers.down
+}
+
+// markHot makes hot the members that relay a route of this site (on its
+// path or backup) and cold the others.
+func (n *Node) markHot(now time.Time) {
+	relays := map[wire.SiteID]bool{}
+	for _, r := range n.router.Table().Routes() {
+		for _, p := range [][]wire.SiteID{r.Path, r.Backup} {
+			for _, id := range p[:max(len(p)-1, 0)] {
+				relays[id] = true
+			}
+		}
+	}
+	for _, m := range n.members {
+		if m.hot == relays[m.id] {
+			continue
+		}
+		m.hot = relays[m.id]
+		m.link.SetDownAfter(n.downAfter(m))
+		if iv := n.probeInterval(m); m.nextProbe.After(now.Add(iv)) {
+			m.nextProbe = now.Add(iv)
+		}
+	}
+}
+
+// originateDelta sends this site's link-state changes to every member
+// when due, and the whole row to each member that became alive since it
+// was last sent.
+func (n *Node) originateDelta(now time.Time, links []linkstate.Link) {
+	n.orig.SetFullRefresh(max(economyFullRefreshMin, time.Duration(n.timers.members)*economyFullRefreshPerMember))
+	if n.orig.Due(now, links) {
+		for _, ls := range n.orig.BuildDelta(now, links) {
+			b, err := buildLinkState(&ls)
+			if err != nil {
+				panic("control: own link state does not encode: " + err.Error())
+			}
+			for _, m := range n.sortedMembers() {
+				if m.state == StateAlive || m.state == StateJoining {
+					n.emit(m.addr, b)
+				}
+			}
+		}
+	}
+	var full [][]byte
+	for _, m := range n.sortedMembers() {
+		if m.state != StateAlive {
+			m.rowSent = false
+			continue
+		}
+		if m.rowSent {
+			continue
+		}
+		if full == nil {
+			for _, ls := range n.orig.Full(links) {
+				b, err := buildLinkState(&ls)
+				if err != nil {
+					panic("control: own link state does not encode: " + err.Error())
+				}
+				full = append(full, b)
+			}
+		}
+		for _, b := range full {
+			n.emit(m.addr, b)
+		}
+		m.rowSent = true
+	}
+}
