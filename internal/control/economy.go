@@ -1,6 +1,7 @@
 package control
 
 import (
+	"math"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/linkstate"
@@ -144,4 +145,41 @@ func (n *Node) originateDelta(now time.Time, links []linkstate.Link) {
 		}
 		m.rowSent = true
 	}
+}
+
+// drift estimates how fast the offset-shifted delay of a link moves with
+// the two clocks' skew, from its offset part: the delay less half the
+// round trip, o(self) − o(peer) plus a constant asymmetry, which a change
+// of the link's delay in both directions leaves alone. The slope is
+// taken over driftSpan and smoothed; a slope beyond driftMax (a one-way
+// change of the delay, not skew) is ignored.
+type drift struct {
+	at  time.Time
+	off time.Duration
+	ppm float64
+	set bool
+}
+
+const (
+	driftSpan = 20 * time.Second
+	driftMax  = 200.0 // ppm
+)
+
+// update feeds the offset part measured now and returns the drift in
+// whole ppm.
+func (d *drift) update(now time.Time, off time.Duration) int {
+	switch {
+	case d.at.IsZero():
+		d.at, d.off = now, off
+	case now.Sub(d.at) >= driftSpan:
+		ppm := float64(off-d.off) / float64(now.Sub(d.at)) * 1e6
+		if ppm <= driftMax && ppm >= -driftMax {
+			if d.set {
+				ppm = (ppm + d.ppm) / 2
+			}
+			d.ppm, d.set = ppm, true
+		}
+		d.at, d.off = now, off
+	}
+	return int(math.Round(d.ppm))
 }

@@ -62,6 +62,9 @@ type member struct {
 	// rowSent (Economy) says the member was sent this site's whole
 	// link-state row since it last became alive.
 	rowSent bool
+	// drift (Economy) estimates how fast the clock offset to the member
+	// moves.
+	drift drift
 }
 
 func (n *Node) measureConfig() measure.Config {

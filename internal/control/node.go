@@ -395,7 +395,10 @@ func (n *Node) ownLinks(now time.Time) []linkstate.Link {
 			continue
 		}
 		l := linkstate.Link{From: n.self, To: m.id, Up: s.Up, Delay: s.Delay, RTT: s.RTT, Jitter: s.Jitter,
-			Loss: s.Loss.Rate, LossSamples: s.Loss.Samples}
+			Loss: s.Loss.Rate, LossSamples: s.Loss.Samples, At: now}
+		if n.cfg.Economy && s.Valid {
+			l.DriftPPM = m.drift.update(now, s.Delay-s.RTT/2)
+		}
 		m.reported = l
 		out = append(out, l)
 	}
@@ -478,7 +481,7 @@ func (n *Node) route(now time.Time) {
 		}
 		for _, l := range o.Links {
 			if l.Up {
-				e := routing.Edge{Delay: l.Delay, RTT: l.RTT, Loss: n.lossEstimate(l, z)}
+				e := routing.Edge{Delay: l.DelayAt(now), RTT: l.RTT, Loss: n.lossEstimate(l, z)}
 				e.Suspect = from == n.self && n.suspect(now, n.members[l.To])
 				e.Settling = !l.Flapping && now.Sub(l.UpSince) < n.settleTime()
 				mx.Set(from, l.To, e)

@@ -43,9 +43,24 @@ type Link struct {
 	// this site's knowledge, not carried on the wire.
 	UpSince  time.Time
 	Flapping bool
+	// DriftPPM is how fast the origin sees Delay move with the clocks'
+	// skew, in parts per million: DelayAt extrapolates by it.
+	DriftPPM int
 	// seq is the sequence number of the message that last set this
 	// entry: a delta message updates only entries older than itself.
 	seq uint32
+	// At is when this value was measured or received (local clock).
+	At time.Time
+}
+
+// DelayAt returns the delay extrapolated to now by the drift: between two
+// reports the offset-shifted delay of a link between clocks that run at
+// different rates moves by DriftPPM microseconds a second.
+func (l Link) DelayAt(now time.Time) time.Duration {
+	if l.DriftPPM == 0 || l.At.IsZero() {
+		return l.Delay
+	}
+	return l.Delay + time.Duration(float64(now.Sub(l.At))*float64(l.DriftPPM)/1e6)
 }
 
 // FlapWindow is how soon after going down a link that comes back up is
@@ -100,7 +115,7 @@ func (db *DB) Apply(now time.Time, ls *wire.LinkState) Outcome {
 		Links: make(map[wire.SiteID]Link, len(ls.Entries))}
 	for i := range ls.Entries {
 		l := FromWire(ls.Origin, &ls.Entries[i])
-		l.seq = ls.Seq
+		l.seq, l.At = ls.Seq, now
 		o.Links[l.To] = l
 	}
 	db.replace(now, old, o)
@@ -123,7 +138,7 @@ func (db *DB) applyDelta(now time.Time, ls *wire.LinkState) Outcome {
 			Links: make(map[wire.SiteID]Link, len(ls.Entries))}
 		for i := range ls.Entries {
 			l := FromWire(ls.Origin, &ls.Entries[i])
-			l.seq = ls.Seq
+			l.seq, l.At = ls.Seq, now
 			fresh.Links[l.To] = l
 		}
 		db.replace(now, o, fresh)
@@ -132,7 +147,7 @@ func (db *DB) applyDelta(now time.Time, ls *wire.LinkState) Outcome {
 	applied := int32(ls.Seq-o.Seq) > 0
 	for i := range ls.Entries {
 		l := FromWire(ls.Origin, &ls.Entries[i])
-		l.seq = ls.Seq
+		l.seq, l.At = ls.Seq, now
 		p, had := o.Links[l.To]
 		if had && int32(ls.Seq-p.seq) <= 0 {
 			continue
@@ -303,14 +318,14 @@ func (db *DB) Fresh(now time.Time, id wire.SiteID) bool {
 func FromWire(from wire.SiteID, e *wire.LinkEntry) Link {
 	return Link{From: from, To: e.Peer, Up: e.Up(), Delay: time.Duration(e.Delay),
 		RTT: wire.MicrosFromWire(e.RTT), Jitter: wire.MicrosFromWire(uint32(e.Jitter)),
-		Loss: wire.LossFromWire(e.Loss), LossSamples: int(e.LossSamples)}
+		Loss: wire.LossFromWire(e.Loss), LossSamples: int(e.LossSamples), DriftPPM: int(e.Drift)}
 }
 
 // ToWire converts a link to its wire entry.
 func ToWire(l Link) wire.LinkEntry {
 	e := wire.LinkEntry{Peer: l.To, Loss: wire.LossToWire(l.Loss), RTT: wire.MicrosToWire(l.RTT),
 		Jitter: uint16(min(wire.MicrosToWire(l.Jitter), 0xFFFF)), LossSamples: uint16(min(max(l.LossSamples, 0), 0xFFFF)),
-		Delay: int64(l.Delay)}
+		Delay: int64(l.Delay), Drift: int8(min(max(l.DriftPPM, -127), 127))}
 	if l.Up {
 		e.Flags |= wire.LinkFlagUp
 	}

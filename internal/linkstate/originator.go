@@ -174,8 +174,7 @@ func abs(d time.Duration) time.Duration {
 // was never sent, it moved from what was sent, or a repeat is due.
 func (o *Originator) pending(l Link) bool {
 	p, ok := o.sent[l.To]
-	return !ok || p.repeats > 0 || o.significant(p.link, l) || abs(l.Delay-p.link.Delay) >= o.cfg.DeltaDelay ||
-		lossMoved(p.link, l)
+	return !ok || p.repeats > 0 || o.moved(p.link, l)
 }
 
 // lossMoved reports whether a lossy link's sample count doubled or halved
@@ -238,9 +237,16 @@ func (o *Originator) BuildDelta(now time.Time, links []Link) []wire.LinkState {
 
 // moved reports whether a link differs from what was sent by enough to
 // be sent (and repeated) again.
+// The delay is compared with what the receivers extrapolate from the
+// value sent and its drift.
 func (o *Originator) moved(p, l Link) bool {
-	return o.significant(p, l) || abs(l.Delay-p.Delay) >= o.cfg.DeltaDelay || lossMoved(p, l)
+	return o.significant(p, l) || abs(l.Delay-p.DelayAt(l.At)) >= o.cfg.DeltaDelay || lossMoved(p, l) ||
+		abs(time.Duration(l.DriftPPM-p.DriftPPM)) >= driftChange
 }
+
+// driftChange is the smallest change of a link's drift (ppm) sent at
+// once.
+const driftChange = 2
 
 // Full returns the whole row as delta messages under the latest sequence
 // number, for a member that has none of it (it just joined or came

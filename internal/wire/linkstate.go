@@ -34,7 +34,7 @@ import "time"
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	|                          peer site ID                         |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//	|  link flags   |   reserved    |   loss (fraction × 65535)     |
+//	|  link flags   |  drift (ppm)  |   loss (fraction × 65535)     |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	|                 round-trip time, microseconds                 |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
@@ -45,7 +45,10 @@ import "time"
 //	|                                                               |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //
-// Link flag bit 0 means the link is up. The loss is the origin's
+// The drift is how fast the origin sees the offset-shifted delay move
+// with the two clocks' skew, in parts per million (signed, saturated at
+// ±127; zero from sites that do not say): a receiver extrapolates the
+// delay by it between two reports. Link flag bit 0 means the link is up. The loss is the origin's
 // outgoing direction only, over the number of probes given beside the
 // jitter (both saturate at 65535), from which every site computes the
 // same confidence interval. A message whose common header has flag 0x01
@@ -92,6 +95,8 @@ type LinkEntry struct {
 	Jitter uint16 // microseconds
 	// LossSamples is the number of probes Loss is over; 0 if unknown.
 	LossSamples uint16
+	// Drift is the rate of change of Delay with clock skew, in ppm.
+	Drift int8
 	Delay       int64 // offset-shifted one-way delay, nanoseconds
 }
 
@@ -140,6 +145,7 @@ func appendLinkEntry(b []byte, e *LinkEntry) []byte {
 	var m [LinkEntryLen]byte
 	be.PutUint32(m[0:], uint32(e.Peer))
 	m[4] = e.Flags
+	m[5] = byte(e.Drift)
 	be.PutUint16(m[6:], e.Loss)
 	be.PutUint32(m[8:], e.RTT)
 	be.PutUint16(m[12:], e.Jitter)
@@ -186,6 +192,7 @@ func parseLinkEntry(m []byte, samples bool) LinkEntry {
 	e := LinkEntry{
 		Peer:  SiteID(be.Uint32(m[0:])),
 		Flags: m[4],
+		Drift: int8(m[5]),
 		Loss:  be.Uint16(m[6:]),
 		RTT:   be.Uint32(m[8:]),
 		Delay: int64(be.Uint64(m[16:])),
