@@ -41,6 +41,19 @@ const (
 	economyFullRefreshPerMember = 400 * time.Millisecond
 )
 
+// economyGossipPerMember stretches the gossip interval with the overlay
+// (Economy): the member list grows with it, and a join is announced by
+// hellos, not by gossip, which only repairs what they missed.
+const economyGossipPerMember = 50 * time.Millisecond
+
+// gossipInterval is the time between two member lists sent.
+func (n *Node) gossipInterval() time.Duration {
+	if !n.cfg.Economy {
+		return n.cfg.GossipInterval
+	}
+	return max(n.cfg.GossipInterval, time.Duration(n.timers.members)*economyGossipPerMember)
+}
+
 // economize returns cfg with the link-state settings of the economy.
 func economize(cfg Config) Config {
 	cfg.LinkState.Delta = true

@@ -439,7 +439,7 @@ func (n *Node) gossip(now time.Time) {
 	if now.Before(n.nextGossip) {
 		return
 	}
-	n.nextGossip = now.Add(n.cfg.GossipInterval)
+	n.nextGossip = now.Add(n.gossipInterval())
 	var first, next *member
 	for _, m := range n.sortedMembers() {
 		if m.state != StateAlive {

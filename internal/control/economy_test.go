@@ -1,0 +1,62 @@
+package control
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// The drift of a link between clocks 50 ppm apart is found from its
+// offset part within two spans, and a one-way step of the delay (not
+// skew) does not change it.
+func TestDriftFollowsSkewNotSteps(t *testing.T) {
+	var d drift
+	off := func(el time.Duration) time.Duration { return 3*time.Second + time.Duration(float64(el)*50e-6) }
+	var got int
+	for el := time.Duration(0); el <= 60*time.Second; el += time.Second {
+		got = d.update(t0.Add(el), off(el))
+	}
+	if got != 50 {
+		t.Fatalf("drift %d ppm, want 50", got)
+	}
+	// A step of 40 ms one way moves the offset part by 20 ms: 1000 ppm
+	// over a span, far beyond any clock's skew.
+	for el := 61 * time.Second; el <= 90*time.Second; el += time.Second {
+		got = d.update(t0.Add(el), off(el)+20*time.Millisecond)
+	}
+	if got != 50 {
+		t.Fatalf("drift %d ppm after a one-way step, want 50", got)
+	}
+}
+
+// With the economy, members beyond the cold probe budget are probed at
+// most once a second, and a hot member (a relay) at the full rate with the
+// base detection times, whatever the size of the overlay.
+func TestEconomyTimers(t *testing.T) {
+	cfg := DefaultConfig("a", netip.MustParseAddrPort("10.0.0.1:4789"))
+	cfg.Economy = true
+	for _, c := range []struct {
+		members int
+		probe   time.Duration
+	}{{9, 100 * time.Millisecond}, {53, 530 * time.Millisecond}, {99, 990 * time.Millisecond}, {299, time.Second}} {
+		tm := scaledTimers(&cfg, c.members)
+		if tm.probe != c.probe || tm.down != 5*tm.probe {
+			t.Errorf("%d members: cold probe %v, down %v; want %v and five intervals", c.members, tm.probe, tm.down, c.probe)
+		}
+	}
+	n, err := New(cfg, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.timers = scaledTimers(&n.cfg, 299)
+	hot, cold := &member{state: StateAlive, hot: true}, &member{state: StateAlive}
+	if n.probeInterval(hot) != 100*time.Millisecond || n.suspectAfter(hot) != 250*time.Millisecond || n.downAfter(hot) != 500*time.Millisecond {
+		t.Errorf("hot member: probe %v, suspect %v, down %v; want the base 100, 250, 500 ms", n.probeInterval(hot), n.suspectAfter(hot), n.downAfter(hot))
+	}
+	if n.probeInterval(cold) != time.Second || n.downAfter(cold) != 5*time.Second {
+		t.Errorf("cold member: probe %v, down %v; want 1 s and 5 s", n.probeInterval(cold), n.downAfter(cold))
+	}
+	if n.cfg.LinkState.Delta != true || n.cfg.ExpireAfter < 3*n.cfg.LinkState.Refresh {
+		t.Errorf("economy link state: delta %v, expiry %v for refresh %v", n.cfg.LinkState.Delta, n.cfg.ExpireAfter, n.cfg.LinkState.Refresh)
+	}
+}
