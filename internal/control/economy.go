@@ -196,3 +196,15 @@ func (d *drift) update(now time.Time, off time.Duration) int {
 	}
 	return int(math.Round(d.ppm))
 }
+
+// HotMembers returns how many members are probed at the full rate
+// because they relay a route of this site (Economy; zero otherwise).
+func (n *Node) HotMembers() int {
+	k := 0
+	for _, m := range n.members {
+		if n.cfg.Economy && m.hot && m.state == StateAlive {
+			k++
+		}
+	}
+	return k
+}

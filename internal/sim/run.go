@@ -65,6 +65,9 @@ type ScaleReport struct {
 	KilledRelay      string     `json:"killed_relay,omitempty"`
 	KilledRelayCover *Durations `json:"killed_relay_covered,omitempty"`
 	ProbeIntervalMs  float64    `json:"probe_interval_ms"`
+	// HotPerSite is the mean number of members a site probes at the full
+	// rate (relays of its routes; new scheme).
+	HotPerSite float64 `json:"hot_members_per_site"`
 	WallS            float64    `json:"wall_s"`
 	Events           int        `json:"events"`
 }
@@ -108,6 +111,9 @@ func RunScale(o ScaleOptions) ScaleReport {
 	rep.RouteChanges = len(n.Changes) - before
 	late := n.CheckOracle(3)
 	rep.Pairs, rep.PairsRelayed, rep.PairsOutsideBound, rep.Worst, rep.Outside = late.Pairs, late.Relayed, late.Outside, late.Worst, late.Details
+	for _, s := range n.sites {
+		rep.HotPerSite += float64(s.Node.HotMembers()) / float64(len(n.sites))
+	}
 	p, _ := n.sites[0].Node.DetectionTimes()
 	rep.ProbeIntervalMs = float64(p.Microseconds()) / 1000
 	if o.Events {

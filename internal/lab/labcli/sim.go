@@ -44,7 +44,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	kind := fs.String("topology", "azure", "topology generator: "+strings.Join(topo.Kinds, ", "))
 	seed := fs.Uint64("seed", 1, "seed of the topology, the clocks and the network")
 	scheme := fs.String("scheme", "new", "measurement scheme: old or new")
-	warm := fs.Duration("warm", 20*time.Second, "simulated time from the start to the measured window")
+	warm := fs.Duration("warm", 40*time.Second, "simulated time from the start to the measured window (the new scheme estimates clock drift over 20 s spans)")
 	jitter := fs.Duration("jitter", time.Millisecond, "jitter on every link (uniform)")
 	events := fs.Bool("events", false, "after the window, slow 5 links and kill the busiest relay")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -105,7 +105,8 @@ func printSim(w io.Writer, r sim.ScaleReport) {
 	for _, d := range r.Outside {
 		fmt.Fprintf(w, "  outside: %s\n", d)
 	}
-	fmt.Fprintf(w, "route changes in the window: %d\n", r.RouteChanges)
+	fmt.Fprintf(w, "route changes in the window: %d; probe interval %.0f ms, %.1f members per site probed at the full rate\n",
+		r.RouteChanges, r.ProbeIntervalMs, r.HotPerSite)
 	if r.SlowedReroute != nil {
 		s := r.SlowedReroute
 		fmt.Fprintf(w, "slowed links rerouted: %d, p50 %.0f ms, p95 %.0f ms, max %.0f ms, not within 10 s: %d\n", s.Count, s.P50ms, s.P95ms, s.MaxMs, s.Missed)
