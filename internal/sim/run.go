@@ -68,8 +68,8 @@ type ScaleReport struct {
 	// HotPerSite is the mean number of members a site probes at the full
 	// rate (relays of its routes; new scheme).
 	HotPerSite float64 `json:"hot_members_per_site"`
-	WallS            float64    `json:"wall_s"`
-	Events           int        `json:"events"`
+	WallS      float64 `json:"wall_s"`
+	Events     int     `json:"events"`
 }
 
 // Scheme returns the configure function of a scheme name, and whether

@@ -97,7 +97,7 @@ type LinkEntry struct {
 	LossSamples uint16
 	// Drift is the rate of change of Delay with clock skew, in ppm.
 	Drift int8
-	Delay       int64 // offset-shifted one-way delay, nanoseconds
+	Delay int64 // offset-shifted one-way delay, nanoseconds
 }
 
 // Up reports whether the link is up.
