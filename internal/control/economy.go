@@ -34,7 +34,7 @@ const (
 	coldMaxInterval = time.Second
 
 	economyDeltaDelay           = 250 * time.Microsecond
-	economyRepeats              = 2
+	economyRepeats              = 1
 	economyRefresh              = 2 * time.Second
 	economyExpire               = 7 * time.Second
 	economyFullRefreshMin       = 30 * time.Second
@@ -53,6 +53,12 @@ func (n *Node) gossipInterval() time.Duration {
 	}
 	return max(n.cfg.GossipInterval, time.Duration(n.timers.members)*economyGossipPerMember)
 }
+
+// economyMaxBatch bounds the batch interval between two route
+// computations (1 ms per member) with the economy: a computation costs
+// O(N²) and more, and what a batch delays is a remote change; a local
+// link turning suspect or down is routed around at once.
+const economyMaxBatch = 250 * time.Millisecond
 
 // economize returns cfg with the link-state settings of the economy.
 func economize(cfg Config) Config {
@@ -164,18 +170,20 @@ func (n *Node) originateDelta(now time.Time, links []linkstate.Link) {
 // the two clocks' skew, from its offset part: the delay less half the
 // round trip, o(self) − o(peer) plus a constant asymmetry, which a change
 // of the link's delay in both directions leaves alone. The slope is
-// taken over driftSpan and smoothed; a slope beyond driftMax (a one-way
+// taken over driftSpan and averaged over the last driftSpans spans (a
+// running mean at first, then a moving average); a slope beyond driftMax (a one-way
 // change of the delay, not skew) is ignored.
 type drift struct {
-	at  time.Time
-	off time.Duration
-	ppm float64
-	set bool
+	at    time.Time
+	off   time.Duration
+	ppm   float64
+	spans int // the spans averaged so far, up to driftSpans
 }
 
 const (
-	driftSpan = 20 * time.Second
-	driftMax  = 200.0 // ppm
+	driftSpan  = 20 * time.Second
+	driftSpans = 4
+	driftMax   = 200.0 // ppm
 )
 
 // update feeds the offset part measured now and returns the drift in
@@ -187,10 +195,8 @@ func (d *drift) update(now time.Time, off time.Duration) int {
 	case now.Sub(d.at) >= driftSpan:
 		ppm := float64(off-d.off) / float64(now.Sub(d.at)) * 1e6
 		if ppm <= driftMax && ppm >= -driftMax {
-			if d.set {
-				ppm = (ppm + d.ppm) / 2
-			}
-			d.ppm, d.set = ppm, true
+			d.spans = min(d.spans+1, driftSpans)
+			d.ppm += (ppm - d.ppm) / float64(d.spans)
 		}
 		d.at, d.off = now, off
 	}

@@ -195,7 +195,9 @@ func (n *Node) Tick(now time.Time) {
 	}
 	n.bootstrap(now)
 	n.probe(now)
-	if n.refreshNeeded(now) {
+	if need, urgent := n.refreshNeeded(now); urgent && n.cfg.Economy {
+		n.refresh(now) // a link turned suspect or down: its routes move now
+	} else if need {
 		n.refreshSoon(now)
 	}
 	n.gossip(now)
@@ -216,17 +218,19 @@ func (n *Node) observe(now time.Time) {
 // refresh (every second, which also carries small drifts of this site's
 // own measurements into its link state and routes), a held route switch.
 // Ticks for probes alone then cost no route computation; a probe reply
-// that moves an estimate asks for a refresh itself (ownLinkMoved).
-func (n *Node) refreshNeeded(now time.Time) bool {
+// that moves an estimate asks for a refresh itself (ownLinkMoved). A
+// member's timer (suspect, down, silent) is urgent: the economy, whose
+// batch interval is long, then refreshes at once.
+func (n *Node) refreshNeeded(now time.Time) (need, urgent bool) {
 	if n.lastRefresh.IsZero() {
-		return true
+		return true, false
 	}
 	if !n.refreshDue.IsZero() && !now.Before(n.refreshDue) {
-		return true
+		return true, false
 	}
 	fired := func(at time.Time) bool { return at.After(n.lastRefresh) && !at.After(now) }
 	if fired(n.orig.NextDue()) || fired(n.router.NextDeadline()) {
-		return true
+		return true, false
 	}
 	for _, m := range n.members {
 		if m.state != StateAlive {
@@ -235,10 +239,10 @@ func (n *Node) refreshNeeded(now time.Time) bool {
 		lr := m.link.LastReply()
 		if fired(m.lastHeard.Add(n.downAfter(m))) || (!lr.IsZero() && (fired(lr.Add(m.link.DownAfter())) ||
 			(n.suspectAfter(m) > 0 && fired(lr.Add(n.suspectAfter(m)))))) {
-			return true
+			return true, true
 		}
 	}
-	return false
+	return false, false
 }
 
 // refreshSoon runs refresh now, or, if the last one ran less than a batch

@@ -152,7 +152,11 @@ func (n *Node) onProbeReply(now time.Time, pkt []byte) error {
 func (n *Node) ownLinkMoved(now time.Time, m *member) bool {
 	s := m.link.Stats(now)
 	r := m.reported
-	return s.Valid && (s.Up != r.Up || (s.Delay-r.Delay).Abs() >= materialDelay || materialLoss(r.Loss, s.Loss.Rate))
+	th := materialDelay
+	if n.cfg.Economy {
+		th = economyDeltaDelay // what the link state would send
+	}
+	return s.Valid && (s.Up != r.Up || (s.Delay-r.DelayAt(now)).Abs() >= th || materialLoss(r.Loss, s.Loss.Rate))
 }
 
 // onLinkState stores a newer report and floods it on to the members the

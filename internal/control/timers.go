@@ -53,8 +53,12 @@ const (
 
 // scaledTimers returns the timers for members other sites under cfg.
 func scaledTimers(cfg *Config, members int) timers {
+	mb := maxBatch
+	if cfg.Economy {
+		mb = economyMaxBatch
+	}
 	t := timers{probe: cfg.ProbeInterval, suspect: cfg.SuspectAfter, down: cfg.DownAfter, members: members,
-		batch: min(maxBatch, max(minBatch, time.Duration(members)*time.Millisecond)),
+		batch: min(mb, max(minBatch, time.Duration(members)*time.Millisecond)),
 		lsMin: max(cfg.LinkState.MinInterval, time.Duration(members)*lsMinPerMember)}
 	rate := cfg.MaxProbeRate
 	if cfg.Economy {

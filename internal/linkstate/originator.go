@@ -129,7 +129,7 @@ func (o *Originator) significant(p, l Link) bool {
 	if p.Up != l.Up {
 		return true
 	}
-	if abs(l.Delay-p.Delay) >= o.cfg.DelayChange {
+	if abs(l.Delay-p.DelayAt(l.At)) >= o.cfg.DelayChange {
 		return true
 	}
 	rttTh := max(o.cfg.RTTChange, time.Duration(o.cfg.RTTFraction*float64(p.RTT)))
@@ -238,15 +238,12 @@ func (o *Originator) BuildDelta(now time.Time, links []Link) []wire.LinkState {
 // moved reports whether a link differs from what was sent by enough to
 // be sent (and repeated) again.
 // The delay is compared with what the receivers extrapolate from the
-// value sent and its drift.
+// value sent and its drift; a new estimate of the drift alone is not sent
+// (it goes with the next value), since what matters is whether the
+// receivers' extrapolation is still right.
 func (o *Originator) moved(p, l Link) bool {
-	return o.significant(p, l) || abs(l.Delay-p.DelayAt(l.At)) >= o.cfg.DeltaDelay || lossMoved(p, l) ||
-		abs(time.Duration(l.DriftPPM-p.DriftPPM)) >= driftChange
+	return o.significant(p, l) || abs(l.Delay-p.DelayAt(l.At)) >= o.cfg.DeltaDelay || lossMoved(p, l)
 }
-
-// driftChange is the smallest change of a link's drift (ppm) sent at
-// once.
-const driftChange = 2
 
 // Full returns the whole row as delta messages under the latest sequence
 // number, for a member that has none of it (it just joined or came

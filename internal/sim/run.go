@@ -68,6 +68,9 @@ type ScaleReport struct {
 	// HotPerSite is the mean number of members a site probes at the full
 	// rate (relays of its routes; new scheme).
 	HotPerSite float64 `json:"hot_members_per_site"`
+	// RefreshesPerSite is how often a site recomputed its routes in the
+	// window, per second (the simulator's main CPU cost).
+	RefreshesPerSite float64 `json:"route_computations_per_site_s"`
 	WallS      float64 `json:"wall_s"`
 	Events     int     `json:"events"`
 }
@@ -105,10 +108,12 @@ func RunScale(o ScaleOptions) ScaleReport {
 	rep.PairsOutsideAfterWarm = early.Outside
 	before := len(n.Changes)
 	first := n.snapTraffic()
+	refreshes := n.refreshes()
 	n.runProgress(o.Steady, o.Progress)
 	tr := n.trafficSince(first, o.Steady)
 	rep.ControlKbit, rep.ControlKbitMax, rep.ControlByType, rep.DatagramsPerSite = tr.MeanKbit, tr.MaxKbit, tr.ByType, tr.Datagrams
 	rep.RouteChanges = len(n.Changes) - before
+	rep.RefreshesPerSite = float64(n.refreshes()-refreshes) / float64(len(n.sites)) / o.Steady.Seconds()
 	late := n.CheckOracle(3)
 	rep.Pairs, rep.PairsRelayed, rep.PairsOutsideBound, rep.Worst, rep.Outside = late.Pairs, late.Relayed, late.Outside, late.Worst, late.Details
 	for _, s := range n.sites {
@@ -138,4 +143,15 @@ func (n *Net) runProgress(d time.Duration, progress func(time.Duration)) {
 			progress(n.Elapsed())
 		}
 	}
+}
+
+// refreshes is the route computations of all sites so far.
+func (n *Net) refreshes() uint64 {
+	var k uint64
+	for _, s := range n.sites {
+		if s.Node != nil {
+			k += s.Node.Counters().Refreshes
+		}
+	}
+	return k
 }
