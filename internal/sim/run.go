@@ -71,8 +71,8 @@ type ScaleReport struct {
 	// RefreshesPerSite is how often a site recomputed its routes in the
 	// window, per second (the simulator's main CPU cost).
 	RefreshesPerSite float64 `json:"route_computations_per_site_s"`
-	WallS      float64 `json:"wall_s"`
-	Events     int     `json:"events"`
+	WallS            float64 `json:"wall_s"`
+	Events           int     `json:"events"`
 }
 
 // Scheme returns the configure function of a scheme name, and whether
