@@ -22,6 +22,8 @@ type ScaleOptions struct {
 	Jitter time.Duration
 	Offset time.Duration
 	Skew   float64
+	// Loss is the random loss on every link.
+	Loss float64
 	// Events, when set, slows some links and then kills the busiest
 	// relay after the window, and measures the reroutes.
 	Events bool
@@ -40,6 +42,7 @@ type ScaleReport struct {
 	WarmS          float64 `json:"warm_s"`
 	WindowS        float64 `json:"window_s"`
 	JitterMs       float64 `json:"jitter_ms"`
+	LossPercent    float64 `json:"loss_percent"`
 	TIVPairs       int     `json:"tiv_pairs"`
 	ControlKbit    float64 `json:"control_kbit_per_site"`
 	ControlKbitMax float64 `json:"control_kbit_per_site_max"`
@@ -97,8 +100,12 @@ func RunScale(o ScaleOptions) ScaleReport {
 		configure, o.Scheme = func(*control.Config) {}, "default"
 	}
 	n := FromTopology(o.Topology, o.Seed, o.Offset, o.Skew, o.Jitter, configure)
+	for k, l := range n.links {
+		l.Loss = o.Loss
+		n.links[k] = l
+	}
 	rep := ScaleReport{Topology: o.Topology.Name, Scheme: o.Scheme, Sites: len(o.Topology.Sites), Seed: o.Seed,
-		WarmS: o.Warm.Seconds(), WindowS: o.Steady.Seconds(), JitterMs: float64(o.Jitter.Microseconds()) / 1000}
+		WarmS: o.Warm.Seconds(), WindowS: o.Steady.Seconds(), JitterMs: float64(o.Jitter.Microseconds()) / 1000, LossPercent: 100 * o.Loss}
 	rep.TIVPairs, _ = o.Topology.TIVs()
 	if err := n.StartAll(); err != nil {
 		panic("sim: " + err.Error()) // the default configuration is valid

@@ -21,11 +21,12 @@ func init() {
 }
 
 const simUsage = `usage: detour-lab sim [--sites N] [--minutes M] [--topology azure|aws|geometric] [--seed S]
-                     [--scheme old|new] [--warm D] [--jitter D] [--events] [--json]
+                     [--scheme old|new] [--warm D] [--jitter D] [--loss PCT] [--events] [--json]
 
 Runs N sites (each the site core the agent runs) in the deterministic
 simulator, on a topology generated from the Azure or AWS inter-region
-matrices or at random (docs/scaling.md), all started at once. After
+matrices or at random (docs/scaling.md), all started at once, with
+clocks ±5 s apart and ±50 ppm of skew. After
 --warm it counts, for M simulated minutes, the control traffic each site
 sends on the wire (payload and UDP/IPv4 headers) and the route changes,
 then checks every ordered pair against the offline optimum (within
@@ -46,6 +47,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	scheme := fs.String("scheme", "new", "measurement scheme: old or new")
 	warm := fs.Duration("warm", 40*time.Second, "simulated time from the start to the measured window (the new scheme estimates clock drift over 20 s spans)")
 	jitter := fs.Duration("jitter", time.Millisecond, "jitter on every link (uniform)")
+	loss := fs.Float64("loss", 0, "random loss on every link, percent")
 	events := fs.Bool("events", false, "after the window, slow 5 links and kill the busiest relay")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
@@ -66,7 +68,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "sim", fmt.Errorf("%w: %v", errUsage, err))
 	}
 	opt := sim.ScaleOptions{Topology: t, Seed: *seed, Scheme: *scheme, Warm: *warm,
-		Steady: time.Duration(*minutes * float64(time.Minute)), Jitter: *jitter, Offset: 5 * time.Second, Skew: 50e-6, Events: *events}
+		Steady: time.Duration(*minutes * float64(time.Minute)), Jitter: *jitter, Offset: 5 * time.Second, Skew: 50e-6, Events: *events, Loss: *loss / 100}
 	if !*quiet {
 		start := time.Now()
 		opt.Progress = func(el time.Duration) {
