@@ -11,10 +11,12 @@ import (
 // The measurement economy (Config.Economy; figures in docs/scaling.md).
 //
 // Probing. A member that relays one of this site's routes (on its path
-// or its backup) is hot: it is probed every ProbeInterval and suspected
-// and declared down after SuspectAfter and DownAfter, whatever the size
-// of the overlay, so that a dead relay is covered as fast as in a small
-// overlay. Every other member is probed at a rate that costs at most
+// or its backup) is hot: it is probed every economyHot × ProbeInterval
+// and suspected and declared down after economyHot × SuspectAfter and
+// DownAfter (200 ms, 500 ms and 1 s by default), whatever the size of the
+// overlay, so that the routes of a dead relay are covered within a
+// second. (Every site that relays through a popular relay probes it: at
+// the full ProbeInterval its replies made it the busiest site by far.) Every other member is probed at a rate that costs at most
 // coldProbeRate probes a second in all, and at least once every
 // coldMaxInterval: its link matters only if it changes by more than the
 // routing margin, and the estimator follows a lasting change within
@@ -30,10 +32,11 @@ import (
 // after economyExpire). A member that becomes alive is sent the whole row
 // at once.
 const (
+	economyHot      = 2
 	coldProbeRate   = 100
 	coldMaxInterval = time.Second
 
-	economyDeltaDelay           = 250 * time.Microsecond
+	economyDeltaDelay           = 400 * time.Microsecond
 	economyRepeats              = 1
 	economyRefresh              = 2 * time.Second
 	economyExpire               = 7 * time.Second
@@ -77,7 +80,7 @@ func (n *Node) probeInterval(m *member) time.Duration {
 	case m.state == StateDown:
 		return n.cfg.DownProbeInterval
 	case n.cfg.Economy && m.hot:
-		return n.cfg.ProbeInterval
+		return economyHot * n.cfg.ProbeInterval
 	}
 	return n.timers.probe
 }
@@ -86,7 +89,7 @@ func (n *Node) probeInterval(m *member) time.Duration {
 // suspect (zero: never).
 func (n *Node) suspectAfter(m *member) time.Duration {
 	if n.cfg.Economy && m.hot {
-		return n.cfg.SuspectAfter
+		return economyHot * n.cfg.SuspectAfter
 	}
 	return n.timers.suspect
 }
@@ -95,7 +98,7 @@ func (n *Node) suspectAfter(m *member) time.Duration {
 // before it is down.
 func (n *Node) downAfter(m *member) time.Duration {
 	if n.cfg.Economy && m.hot {
-		return n.cfg.DownAfter
+		return economyHot * n.cfg.DownAfter
 	}
 	return n.timers.down
 }
@@ -169,38 +172,65 @@ func (n *Node) originateDelta(now time.Time, links []linkstate.Link) {
 // drift estimates how fast the offset-shifted delay of a link moves with
 // the two clocks' skew, from its offset part: the delay less half the
 // round trip, o(self) − o(peer) plus a constant asymmetry, which a change
-// of the link's delay in both directions leaves alone. The slope is
-// taken over driftSpan and averaged over the last driftSpans spans (a
-// running mean at first, then a moving average); a slope beyond driftMax (a one-way
-// change of the delay, not skew) is ignored.
+// of the link's delay in both directions leaves alone. It is the slope of
+// a least-squares line through the offset part, sampled at most once a
+// second, with weights that decay with age (time constant driftTau), so
+// that the noise of single estimates averages out over minutes. A sample
+// more than driftJump off the line (a one-way change of the delay, not
+// skew) starts the line afresh; the slope found so far is kept until the
+// new line spans driftMinSpan.
 type drift struct {
-	at    time.Time
-	off   time.Duration
-	ppm   float64
-	spans int // the spans averaged so far, up to driftSpans
+	origin, last time.Time
+	// Exponentially weighted sums of 1, x, x², y and x·y, with x the
+	// seconds since origin and y the offset part in ns.
+	s0, s1, s2, sy, sxy float64
+	ppm                 float64
 }
 
 const (
-	driftSpan  = 20 * time.Second
-	driftSpans = 4
-	driftMax   = 200.0 // ppm
+	driftTau     = 120 * time.Second
+	driftMinSpan = 20 * time.Second
+	driftJump    = time.Millisecond
 )
 
 // update feeds the offset part measured now and returns the drift in
 // whole ppm.
 func (d *drift) update(now time.Time, off time.Duration) int {
-	switch {
-	case d.at.IsZero():
-		d.at, d.off = now, off
-	case now.Sub(d.at) >= driftSpan:
-		ppm := float64(off-d.off) / float64(now.Sub(d.at)) * 1e6
-		if ppm <= driftMax && ppm >= -driftMax {
-			d.spans = min(d.spans+1, driftSpans)
-			d.ppm += (ppm - d.ppm) / float64(d.spans)
+	if !d.last.IsZero() && now.Sub(d.last) < time.Second {
+		return int(math.Round(d.ppm))
+	}
+	if d.origin.IsZero() {
+		d.origin = now
+	}
+	x, y := now.Sub(d.origin).Seconds(), float64(off)
+	if d.s0 > 0 {
+		if pred, ok := d.line(x); ok && math.Abs(y-pred) > float64(driftJump) {
+			*d = drift{origin: now, ppm: d.ppm}
+			x = 0
 		}
-		d.at, d.off = now, off
+	}
+	if !d.last.IsZero() {
+		k := math.Exp(-now.Sub(d.last).Seconds() / driftTau.Seconds())
+		d.s0, d.s1, d.s2, d.sy, d.sxy = k*d.s0, k*d.s1, k*d.s2, k*d.sy, k*d.sxy
+	}
+	d.last = now
+	d.s0, d.s1, d.s2, d.sy, d.sxy = d.s0+1, d.s1+x, d.s2+x*x, d.sy+y, d.sxy+x*y
+	if v := d.s0*d.s2 - d.s1*d.s1; v > 0 && v/(d.s0*d.s0) >= driftMinSpan.Seconds()*driftMinSpan.Seconds()/12 {
+		d.ppm = (d.s0*d.sxy - d.s1*d.sy) / v / 1e3 // ns a second; 1000 of them are 1 ppm
 	}
 	return int(math.Round(d.ppm))
+}
+
+// line returns the fitted offset part at x, once the line spans
+// driftMinSpan.
+func (d *drift) line(x float64) (float64, bool) {
+	v := d.s0*d.s2 - d.s1*d.s1
+	if v <= 0 || v/(d.s0*d.s0) < driftMinSpan.Seconds()*driftMinSpan.Seconds()/12 {
+		return 0, false
+	}
+	b := (d.s0*d.sxy - d.s1*d.sy) / v
+	a := (d.sy - b*d.s1) / d.s0
+	return a + b*x, true
 }
 
 // HotMembers returns how many members are probed at the full rate

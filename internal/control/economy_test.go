@@ -30,8 +30,8 @@ func TestDriftFollowsSkewNotSteps(t *testing.T) {
 }
 
 // With the economy, members beyond the cold probe budget are probed at
-// most once a second, and a hot member (a relay) at the full rate with the
-// base detection times, whatever the size of the overlay.
+// most once a second, and a hot member (a relay) at twice the base
+// interval and detection times, whatever the size of the overlay.
 func TestEconomyTimers(t *testing.T) {
 	cfg := DefaultConfig("a", netip.MustParseAddrPort("10.0.0.1:4789"))
 	cfg.Economy = true
@@ -50,8 +50,8 @@ func TestEconomyTimers(t *testing.T) {
 	}
 	n.timers = scaledTimers(&n.cfg, 299)
 	hot, cold := &member{state: StateAlive, hot: true}, &member{state: StateAlive}
-	if n.probeInterval(hot) != 100*time.Millisecond || n.suspectAfter(hot) != 250*time.Millisecond || n.downAfter(hot) != 500*time.Millisecond {
-		t.Errorf("hot member: probe %v, suspect %v, down %v; want the base 100, 250, 500 ms", n.probeInterval(hot), n.suspectAfter(hot), n.downAfter(hot))
+	if n.probeInterval(hot) != 200*time.Millisecond || n.suspectAfter(hot) != 500*time.Millisecond || n.downAfter(hot) != time.Second {
+		t.Errorf("hot member: probe %v, suspect %v, down %v; want twice the base: 200 ms, 500 ms, 1 s", n.probeInterval(hot), n.suspectAfter(hot), n.downAfter(hot))
 	}
 	if n.probeInterval(cold) != time.Second || n.downAfter(cold) != 5*time.Second {
 		t.Errorf("cold member: probe %v, down %v; want 1 s and 5 s", n.probeInterval(cold), n.downAfter(cold))

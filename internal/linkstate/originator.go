@@ -27,7 +27,8 @@ type OriginatorConfig struct {
 	// Delta sends only what changed (BuildDelta): a link is sent when it
 	// moved from what was last sent by DeltaDelay or more (or in state,
 	// round trip or loss as above), then repeated in the next Repeats
-	// messages in case one is lost; every message also carries a share
+	// messages in case one is lost (a repeat alone does not make a
+	// message due: it waits for the next one, at most Refresh later); every message also carries a share
 	// of the other links, oldest sent first, so that each is sent again
 	// at least every FullRefresh. Refresh is then the longest time
 	// between two messages (which keeps the report fresh at the
@@ -106,8 +107,8 @@ func (o *Originator) NextDue() time.Time { return o.lastAt.Add(o.cfg.Refresh) }
 func (o *Originator) changed(links []Link) bool {
 	if o.cfg.Delta {
 		for _, l := range links {
-			if o.pending(l) {
-				return true
+			if p, ok := o.sent[l.To]; !ok || o.moved(p.link, l) {
+				return true // repeats alone wait for the next message
 			}
 		}
 		return false
