@@ -42,6 +42,11 @@ def main():
     for scheme, (colour, label) in styles.items():
         sim = sorted((r["sites"], r["control_kbit_per_site"], r["control_kbit_per_site_max"]) for r in rows
                      if r["scheme"] == scheme and not r.get("computed"))
+        for r in rows:
+            if r["scheme"] == scheme and not r.get("computed") and r.get("pairs_outside_bound"):
+                ax.annotate("%d of %d pairs\noutside the bound" % (r["pairs_outside_bound"], r["pairs"]),
+                            (r["sites"], r["control_kbit_per_site"]), textcoords="offset points", xytext=(8, -4),
+                            fontsize=7, color=colour)
         comp = sorted((r["sites"], r["control_kbit_per_site"]) for r in rows if r["scheme"] == scheme and r.get("computed"))
         if sim:
             xs, ys, mx = zip(*sim)
@@ -49,17 +54,18 @@ def main():
             ax.plot(xs, mx, "v:", color=colour, alpha=0.6, label=scheme + ": largest site")
         if comp:
             xs, ys = zip(*comp)
-            if sim:
-                xs, ys = (sim[-1][0],) + xs, (sim[-1][1],) + ys
+            before = [p for p in sim if p[0] < xs[0]]
+            if before:
+                xs, ys = (before[-1][0],) + xs, (before[-1][1],) + ys
             ax.plot(xs, ys, "s--", color=colour, alpha=0.5, mfc="none", label=scheme + ": computed from message sizes")
     ax.plot([100], [300], "k*", ms=10, label="targets: 300 kbit/s at 100, 1 Mbit/s at 300")
     ax.plot([300], [1000], "k*", ms=10)
     ax.set_xlabel("sites")
     ax.set_ylabel("control traffic per site, kbit/s on the wire")
     ax.set_yscale("log")
-    ax.set_xticks([10, 16, 54, 100, 200, 300])
+    ax.set_xticks([10, 54, 100, 200, 300])
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="lower right")
     ax.set_title("detour control traffic per site (simulator, azure-based topology, 1 ms jitter)", fontsize=9)
     fig.tight_layout()
     fig.savefig(sys.argv[2], dpi=120)
