@@ -102,6 +102,7 @@ type Node struct {
 	gossipCursor  wire.SiteID
 	nextBootstrap time.Time
 	helloSent     map[netip.AddrPort]time.Time // rate limit for hellos to unknown senders
+	lossMemo      map[lossKey]routing.Loss     // lossEstimate's answers
 	scratch       wire.LinkState
 	timers        timers
 	lastRefresh   time.Time        // when refresh last ran
@@ -139,6 +140,7 @@ func New(cfg Config, now time.Time) (*Node, error) {
 		router:    routing.NewRouter(cfg.Routing, self),
 		started:   now,
 		helloSent: map[netip.AddrPort]time.Time{},
+		lossMemo:  map[lossKey]routing.Loss{},
 	}
 	n.timers = scaledTimers(&cfg, 0)
 	n.Tick(now)
@@ -423,6 +425,32 @@ const legacyLossSamples = 20
 // site computes it from the report, and the lower bound routing charges,
 // at the confidence chargeZ that holds over all the overlay's links.
 func (n *Node) lossEstimate(l linkstate.Link, chargeZ float64) routing.Loss {
+	key := lossKey{l.Loss, l.LossSamples, chargeZ}
+	if e, ok := n.lossMemo[key]; ok {
+		return e
+	}
+	if len(n.lossMemo) >= maxLossMemo {
+		clear(n.lossMemo)
+	}
+	e := n.computeLoss(l, chargeZ)
+	n.lossMemo[key] = e
+	return e
+}
+
+// lossKey is what a link's loss estimate depends on.
+type lossKey struct {
+	rate    float64
+	samples int
+	chargeZ float64
+}
+
+// maxLossMemo bounds the estimates remembered: a route computation
+// estimates every link's loss, N² of them, and most links share a rate
+// (none) and a few sample counts.
+const maxLossMemo = 1 << 14
+
+// computeLoss is lossEstimate without the memo.
+func (n *Node) computeLoss(l linkstate.Link, chargeZ float64) routing.Loss {
 	k := l.LossSamples
 	if k == 0 && l.Loss > 0 {
 		k = legacyLossSamples
