@@ -233,6 +233,42 @@ func (d *drift) line(x float64) (float64, bool) {
 	return a + b*x, true
 }
 
+// smoothed averages a link's delay estimates over smoothTau, moved along
+// by the drift between two estimates, so that a link probed once a second
+// (five samples in the estimator's window) is reported and routed on with
+// the noise of about four windows less: its reports then move past the
+// delta threshold far less often, and near ties between a direct and a
+// relayed path flap less. An estimate more than smoothJump from the
+// average (a real change: the estimator follows one within three probes)
+// is taken at once.
+type smoothed struct {
+	at time.Time
+	v  time.Duration
+}
+
+const (
+	smoothTau  = 10 * time.Second
+	smoothJump = time.Millisecond
+)
+
+// update feeds the estimate est at now with the link's drift (ppm) and
+// returns the average.
+func (s *smoothed) update(now time.Time, est time.Duration, ppm int) time.Duration {
+	if s.at.IsZero() || now.Before(s.at) {
+		s.at, s.v = now, est
+		return est
+	}
+	dt := now.Sub(s.at)
+	pred := s.v + time.Duration(float64(dt)*float64(ppm)/1e6)
+	if d := est - pred; d > smoothJump || d < -smoothJump {
+		s.at, s.v = now, est
+		return est
+	}
+	a := 1 - math.Exp(-dt.Seconds()/smoothTau.Seconds())
+	s.at, s.v = now, pred+time.Duration(a*float64(est-pred))
+	return s.v
+}
+
 // HotMembers returns how many members are probed at the full rate
 // because they relay a route of this site (Economy; zero otherwise).
 func (n *Node) HotMembers() int {

@@ -60,3 +60,22 @@ func TestEconomyTimers(t *testing.T) {
 		t.Errorf("economy link state: delta %v, expiry %v for refresh %v", n.cfg.LinkState.Delta, n.cfg.ExpireAfter, n.cfg.LinkState.Refresh)
 	}
 }
+
+// The smoothed delay averages noise away, follows the drift, and takes a
+// real step at once.
+func TestSmoothedDelay(t *testing.T) {
+	var s smoothed
+	var got time.Duration
+	for i := range 60 {
+		noise := time.Duration((i%5)-2) * 100 * time.Microsecond // ±0.2 ms
+		drift := time.Duration(i) * 50 * time.Microsecond         // 50 ppm a second
+		got = s.update(t0.Add(time.Duration(i)*time.Second), 10*time.Millisecond+drift+noise, 50)
+	}
+	want := 10*time.Millisecond + 59*50*time.Microsecond
+	if d := got - want; d > 100*time.Microsecond || d < -100*time.Microsecond {
+		t.Fatalf("smoothed %v, want %v within 0.1 ms", got, want)
+	}
+	if got = s.update(t0.Add(60*time.Second), 60*time.Millisecond, 50); got != 60*time.Millisecond {
+		t.Fatalf("a 50 ms step gave %v, want it at once", got)
+	}
+}

@@ -65,6 +65,8 @@ type member struct {
 	// drift (Economy) estimates how fast the clock offset to the member
 	// moves.
 	drift drift
+	// smooth (Economy) averages the delay estimate over time.
+	smooth smoothed
 }
 
 func (n *Node) measureConfig() measure.Config {

@@ -404,6 +404,7 @@ func (n *Node) ownLinks(now time.Time) []linkstate.Link {
 			Loss: s.Loss.Rate, LossSamples: s.Loss.Samples, At: now}
 		if n.cfg.Economy && s.Valid {
 			l.DriftPPM = m.drift.update(now, s.Delay-s.RTT/2)
+			l.Delay = m.smooth.update(now, s.Delay, l.DriftPPM)
 		}
 		m.reported = l
 		out = append(out, l)

@@ -154,7 +154,7 @@ func (n *Node) ownLinkMoved(now time.Time, m *member) bool {
 	r := m.reported
 	th := materialDelay
 	if n.cfg.Economy {
-		th = economyDeltaDelay // what the link state would send
+		th = smoothJump // smaller moves are averaged over seconds anyway
 	}
 	return s.Valid && (s.Up != r.Up || (s.Delay-r.DelayAt(now)).Abs() >= th || materialLoss(r.Loss, s.Loss.Rate))
 }
