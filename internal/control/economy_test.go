@@ -68,7 +68,7 @@ func TestSmoothedDelay(t *testing.T) {
 	var got time.Duration
 	for i := range 60 {
 		noise := time.Duration((i%5)-2) * 100 * time.Microsecond // ±0.2 ms
-		drift := time.Duration(i) * 50 * time.Microsecond         // 50 ppm a second
+		drift := time.Duration(i) * 50 * time.Microsecond        // 50 ppm a second
 		got = s.update(t0.Add(time.Duration(i)*time.Second), 10*time.Millisecond+drift+noise, 50)
 	}
 	want := 10*time.Millisecond + 59*50*time.Microsecond
