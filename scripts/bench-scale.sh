@@ -10,8 +10,11 @@
 #
 #   usage: scripts/bench-scale.sh        (SCALE_SWEEP=1 for the sweep)
 #
-# No root, no network: the simulator runs in one process. 300 sites for
-# 10 simulated minutes take about TODO of one core.
+# No root, no network: the simulator runs in one process. It is long: 100
+# sites take about 4 s of a core per simulated second, and a route
+# computation grows faster than N², so 300 sites for 10 simulated minutes
+# take hours (docs/scaling.md, "What remains"); SCALE_SITES and
+# SCALE_MINUTES change the main run (e.g. SCALE_SITES=100 SCALE_MINUTES=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lab=${DETOUR_LAB_BIN:-$PWD/bin/detour-lab}
@@ -33,7 +36,7 @@ print("   %.1f kbit/s per site (max %.1f), %d of %d pairs outside the bound, %d 
     r["route_changes"], k.get("p95_ms"), s.get("p95_ms"), r["wall_s"]))' "$out/$1-$2.json"
 }
 
-run new 300 10
+run new "${SCALE_SITES:-300}" "${SCALE_MINUTES:-10}"
 if [ "${SCALE_SWEEP:-0}" = 1 ]; then
 	for n in 10 16 54 100 200; do
 		run new "$n" 1
@@ -47,5 +50,5 @@ py=python3
 if ! $py -c 'import matplotlib' 2>/dev/null && [ -x /opt/detour/python/bin/python3 ]; then
 	py=/opt/detour/python/bin/python3
 fi
-$py scripts/plot_scale.py "$out" "$out/scaling.png" || echo "bench-scale.sh: no plot (matplotlib missing?)"
+$py scripts/plot_scale.py "$out" "$out/scaling.png" docs/bench/scaling/old-computed.json || echo "bench-scale.sh: no plot (matplotlib missing?)"
 echo "reports in $out"

@@ -30,7 +30,7 @@ def load(d):
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
-    rows = load(sys.argv[1])
+    rows = [r for r in load(sys.argv[1]) if not r.get("loss_percent")]
     if len(sys.argv) > 3:
         rows += json.load(open(sys.argv[3]))
     import matplotlib
@@ -38,7 +38,7 @@ def main():
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
     styles = {"old": ("tab:red", "old: every link at one rate, whole rows every second"),
-              "new": ("tab:blue", "new: relays at full rate, delta link state")}
+              "new": ("tab:blue", "new: relays probed often, others slowly; delta link state")}
     for scheme, (colour, label) in styles.items():
         sim = sorted((r["sites"], r["control_kbit_per_site"], r["control_kbit_per_site_max"]) for r in rows
                      if r["scheme"] == scheme and not r.get("computed"))
@@ -65,7 +65,7 @@ def main():
     ax.set_yscale("log")
     ax.set_xticks([10, 54, 100, 200, 300])
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="center right")
     ax.set_title("detour control traffic per site (simulator, azure-based topology, 1 ms jitter)", fontsize=9)
     fig.tight_layout()
     fig.savefig(sys.argv[2], dpi=120)
