@@ -60,6 +60,9 @@ type ScaleReport struct {
 	// not change in it, so every change is noise or an estimate
 	// settling).
 	RouteChanges int `json:"route_changes"`
+	// RouteChangesNoise counts those of them not to a truly shorter path
+	// (the others are estimates settling on a real gain).
+	RouteChangesNoise int `json:"route_changes_noise"`
 	// SlowedReroute is the time from a direct link getting 100 ms slower
 	// to its route leaving it (5 links, limit 10 s).
 	SlowedReroute *Durations `json:"slowed_link_reroute,omitempty"`
@@ -120,6 +123,13 @@ func RunScale(o ScaleOptions) ScaleReport {
 	tr := n.trafficSince(first, o.Steady)
 	rep.ControlKbit, rep.ControlKbitMax, rep.ControlByType, rep.DatagramsPerSite = tr.MeanKbit, tr.MaxKbit, tr.ByType, tr.Datagrams
 	rep.RouteChanges = len(n.Changes) - before
+	for _, c := range n.Changes[before:] {
+		from, ok1 := n.TrueDelay(c.Site, c.From)
+		to, ok2 := n.TrueDelay(c.Site, c.To)
+		if !ok1 || !ok2 || to >= from {
+			rep.RouteChangesNoise++
+		}
+	}
 	rep.RefreshesPerSite = float64(n.refreshes()-refreshes) / float64(len(n.sites)) / o.Steady.Seconds()
 	late := n.CheckOracle(3)
 	rep.Pairs, rep.PairsRelayed, rep.PairsOutsideBound, rep.Worst, rep.Outside = late.Pairs, late.Relayed, late.Outside, late.Worst, late.Details

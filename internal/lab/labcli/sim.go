@@ -107,8 +107,8 @@ func printSim(w io.Writer, r sim.ScaleReport) {
 	for _, d := range r.Outside {
 		fmt.Fprintf(w, "  outside: %s\n", d)
 	}
-	fmt.Fprintf(w, "route changes in the window: %d; probe interval %.0f ms, %.1f members per site probed at the full rate\n",
-		r.RouteChanges, r.ProbeIntervalMs, r.HotPerSite)
+	fmt.Fprintf(w, "route changes in the window: %d (%d not to a truly shorter path); probe interval %.0f ms, %.1f members per site probed at the full rate\n",
+		r.RouteChanges, r.RouteChangesNoise, r.ProbeIntervalMs, r.HotPerSite)
 	if r.SlowedReroute != nil {
 		s := r.SlowedReroute
 		fmt.Fprintf(w, "slowed links rerouted: %d, p50 %.0f ms, p95 %.0f ms, max %.0f ms, not within 10 s: %d\n", s.Count, s.P50ms, s.P95ms, s.MaxMs, s.Missed)
