@@ -36,7 +36,7 @@ def main():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7, 6))
     styles = {"old": ("tab:red", "old: every link at one rate, whole rows every second"),
               "new": ("tab:blue", "new: relays probed often, others slowly; delta link state")}
     for scheme, (colour, label) in styles.items():
@@ -65,7 +65,7 @@ def main():
     ax.set_yscale("log")
     ax.set_xticks([10, 54, 100, 200, 300])
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="center right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
     ax.set_title("detour control traffic per site (simulator, azure-based topology, 1 ms jitter)", fontsize=9)
     fig.tight_layout()
     fig.savefig(sys.argv[2], dpi=120)
