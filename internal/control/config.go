@@ -63,10 +63,17 @@ type Config struct {
 	// ForgetAfter removes members that have been down or gone for this
 	// long.
 	ForgetAfter time.Duration
-	LinkState   linkstate.OriginatorConfig
-	Routing     routing.Config
-	Filter      measure.FilterConfig
-	Loss        measure.LossConfig
+	// Economy selects the measurement whose control traffic grows slower
+	// than the number of pairs (docs/scaling.md): link-state reports that
+	// carry only the links that changed, and links probed at full rate
+	// only where a failure must be covered at once. False keeps the
+	// earlier scheme: every link probed alike, every report the whole
+	// row.
+	Economy   bool
+	LinkState linkstate.OriginatorConfig
+	Routing   routing.Config
+	Filter    measure.FilterConfig
+	Loss      measure.LossConfig
 }
 
 // DefaultMaxProbeRate is the default cap on probes per second per site:

@@ -55,6 +55,18 @@ type member struct {
 	// probe reply that moves the estimate away from it calls for a
 	// refresh.
 	reported linkstate.Link
+	// hot (Economy) says the member relays one of this site's routes:
+	// its link is probed at the full rate so that its failure is covered
+	// at once.
+	hot bool
+	// rowSent (Economy) says the member was sent this site's whole
+	// link-state row since it last became alive.
+	rowSent bool
+	// drift (Economy) estimates how fast the clock offset to the member
+	// moves.
+	drift drift
+	// smooth (Economy) averages the delay estimate over time.
+	smooth smoothed
 }
 
 func (n *Node) measureConfig() measure.Config {
@@ -134,7 +146,7 @@ func (n *Node) updateLiveness(now time.Time) {
 	alive := map[wire.SiteID]bool{n.self: true}
 	queue := []wire.SiteID{n.self}
 	for _, m := range n.members {
-		if m.state != StateLeft && !m.lastHeard.IsZero() && now.Sub(m.lastHeard) < n.timers.down {
+		if m.state != StateLeft && !m.lastHeard.IsZero() && now.Sub(m.lastHeard) < n.downAfter(m) {
 			alive[m.id] = true
 			queue = append(queue, m.id)
 		}

@@ -102,6 +102,7 @@ type Node struct {
 	gossipCursor  wire.SiteID
 	nextBootstrap time.Time
 	helloSent     map[netip.AddrPort]time.Time // rate limit for hellos to unknown senders
+	lossMemo      map[lossKey]routing.Loss     // lossEstimate's answers
 	scratch       wire.LinkState
 	timers        timers
 	lastRefresh   time.Time        // when refresh last ran
@@ -118,6 +119,9 @@ const maxPendingSwitches = 256
 
 // New returns a node for cfg, started at now.
 func New(cfg Config, now time.Time) (*Node, error) {
+	if cfg.Economy {
+		cfg = economize(cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -136,6 +140,7 @@ func New(cfg Config, now time.Time) (*Node, error) {
 		router:    routing.NewRouter(cfg.Routing, self),
 		started:   now,
 		helloSent: map[netip.AddrPort]time.Time{},
+		lossMemo:  map[lossKey]routing.Loss{},
 	}
 	n.timers = scaledTimers(&cfg, 0)
 	n.Tick(now)
@@ -192,7 +197,9 @@ func (n *Node) Tick(now time.Time) {
 	}
 	n.bootstrap(now)
 	n.probe(now)
-	if n.refreshNeeded(now) {
+	if need, urgent := n.refreshNeeded(now); urgent && n.cfg.Economy {
+		n.refresh(now) // a link turned suspect or down: its routes move now
+	} else if need {
 		n.refreshSoon(now)
 	}
 	n.gossip(now)
@@ -213,29 +220,31 @@ func (n *Node) observe(now time.Time) {
 // refresh (every second, which also carries small drifts of this site's
 // own measurements into its link state and routes), a held route switch.
 // Ticks for probes alone then cost no route computation; a probe reply
-// that moves an estimate asks for a refresh itself (ownLinkMoved).
-func (n *Node) refreshNeeded(now time.Time) bool {
+// that moves an estimate asks for a refresh itself (ownLinkMoved). A
+// member's timer (suspect, down, silent) is urgent: the economy, whose
+// batch interval is long, then refreshes at once.
+func (n *Node) refreshNeeded(now time.Time) (need, urgent bool) {
 	if n.lastRefresh.IsZero() {
-		return true
+		return true, false
 	}
 	if !n.refreshDue.IsZero() && !now.Before(n.refreshDue) {
-		return true
+		return true, false
 	}
 	fired := func(at time.Time) bool { return at.After(n.lastRefresh) && !at.After(now) }
 	if fired(n.orig.NextDue()) || fired(n.router.NextDeadline()) {
-		return true
+		return true, false
 	}
 	for _, m := range n.members {
 		if m.state != StateAlive {
 			continue
 		}
 		lr := m.link.LastReply()
-		if fired(m.lastHeard.Add(n.timers.down)) || (!lr.IsZero() && (fired(lr.Add(m.link.DownAfter())) ||
-			(n.timers.suspect > 0 && fired(lr.Add(n.timers.suspect))))) {
-			return true
+		if fired(m.lastHeard.Add(n.downAfter(m))) || (!lr.IsZero() && (fired(lr.Add(m.link.DownAfter())) ||
+			(n.suspectAfter(m) > 0 && fired(lr.Add(n.suspectAfter(m)))))) {
+			return true, true
 		}
 	}
-	return false
+	return false, false
 }
 
 // refreshSoon runs refresh now, or, if the last one ran less than a batch
@@ -308,11 +317,11 @@ func (n *Node) computeDeadline() time.Time {
 		}
 		earlier(m.nextProbe)
 		if m.state == StateAlive {
-			earlier(m.lastHeard.Add(n.timers.down))
+			earlier(m.lastHeard.Add(n.downAfter(m)))
 			if lr := m.link.LastReply(); !lr.IsZero() {
 				earlier(lr.Add(m.link.DownAfter()))
-				if n.timers.suspect > 0 {
-					earlier(lr.Add(n.timers.suspect))
+				if s := n.suspectAfter(m); s > 0 {
+					earlier(lr.Add(s))
 				}
 			}
 		}
@@ -344,10 +353,7 @@ func (n *Node) probe(now time.Time) {
 		if m.state == StateLeft || now.Before(m.nextProbe) {
 			continue
 		}
-		iv := n.timers.probe
-		if m.state == StateDown {
-			iv = n.cfg.DownProbeInterval
-		}
+		iv := n.probeInterval(m)
 		// Keep a steady cadence but never fall behind by more than a tick.
 		m.nextProbe = m.nextProbe.Add(iv)
 		if m.nextProbe.Before(now) {
@@ -363,6 +369,10 @@ func (n *Node) probe(now time.Time) {
 func (n *Node) originate(now time.Time) {
 	links := n.ownLinks(now)
 	n.db.SetOwn(now, n.self, n.inc, links)
+	if n.cfg.Economy {
+		n.originateDelta(now, links)
+		return
+	}
 	if !n.orig.Due(now, links) {
 		return
 	}
@@ -391,7 +401,11 @@ func (n *Node) ownLinks(now time.Time) []linkstate.Link {
 			continue
 		}
 		l := linkstate.Link{From: n.self, To: m.id, Up: s.Up, Delay: s.Delay, RTT: s.RTT, Jitter: s.Jitter,
-			Loss: s.Loss.Rate, LossSamples: s.Loss.Samples}
+			Loss: s.Loss.Rate, LossSamples: s.Loss.Samples, At: now}
+		if n.cfg.Economy && s.Valid {
+			l.DriftPPM = m.drift.update(now, s.Delay-s.RTT/2)
+			l.Delay = m.smooth.update(now, s.Delay, l.DriftPPM)
+		}
 		m.reported = l
 		out = append(out, l)
 	}
@@ -412,6 +426,32 @@ const legacyLossSamples = 20
 // site computes it from the report, and the lower bound routing charges,
 // at the confidence chargeZ that holds over all the overlay's links.
 func (n *Node) lossEstimate(l linkstate.Link, chargeZ float64) routing.Loss {
+	key := lossKey{l.Loss, l.LossSamples, chargeZ}
+	if e, ok := n.lossMemo[key]; ok {
+		return e
+	}
+	if len(n.lossMemo) >= maxLossMemo {
+		clear(n.lossMemo)
+	}
+	e := n.computeLoss(l, chargeZ)
+	n.lossMemo[key] = e
+	return e
+}
+
+// lossKey is what a link's loss estimate depends on.
+type lossKey struct {
+	rate    float64
+	samples int
+	chargeZ float64
+}
+
+// maxLossMemo bounds the estimates remembered: a route computation
+// estimates every link's loss, N² of them, and most links share a rate
+// (none) and a few sample counts.
+const maxLossMemo = 1 << 14
+
+// computeLoss is lossEstimate without the memo.
+func (n *Node) computeLoss(l linkstate.Link, chargeZ float64) routing.Loss {
 	k := l.LossSamples
 	if k == 0 && l.Loss > 0 {
 		k = legacyLossSamples
@@ -432,7 +472,7 @@ func (n *Node) gossip(now time.Time) {
 	if now.Before(n.nextGossip) {
 		return
 	}
-	n.nextGossip = now.Add(n.cfg.GossipInterval)
+	n.nextGossip = now.Add(n.gossipInterval())
 	var first, next *member
 	for _, m := range n.sortedMembers() {
 		if m.state != StateAlive {
@@ -474,7 +514,7 @@ func (n *Node) route(now time.Time) {
 		}
 		for _, l := range o.Links {
 			if l.Up {
-				e := routing.Edge{Delay: l.Delay, RTT: l.RTT, Loss: n.lossEstimate(l, z)}
+				e := routing.Edge{Delay: l.DelayAt(now), RTT: l.RTT, Loss: n.lossEstimate(l, z)}
 				e.Suspect = from == n.self && n.suspect(now, n.members[l.To])
 				e.Settling = !l.Flapping && now.Sub(l.UpSince) < n.settleTime()
 				mx.Set(from, l.To, e)
@@ -483,6 +523,9 @@ func (n *Node) route(now time.Time) {
 	}
 	sw := n.router.Update(now, mx, addrs)
 	n.deadlineStale = true // held switches have deadlines
+	if n.cfg.Economy {
+		n.markHot(now)
+	}
 	for _, s := range sw {
 		if s.From != nil {
 			n.counters.Switches++
@@ -497,11 +540,11 @@ func (n *Node) route(now time.Time) {
 // suspect reports whether this site's link to m has missed replies for
 // SuspectAfter (it is in doubt, not yet down).
 func (n *Node) suspect(now time.Time, m *member) bool {
-	if m == nil || n.timers.suspect <= 0 {
+	if m == nil || n.suspectAfter(m) <= 0 {
 		return false
 	}
 	lr := m.link.LastReply()
-	return !lr.IsZero() && now.Sub(lr) >= n.timers.suspect
+	return !lr.IsZero() && now.Sub(lr) >= n.suspectAfter(m)
 }
 
 // sortedMembers returns the members in ID order (so that a node's output

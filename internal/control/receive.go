@@ -152,7 +152,11 @@ func (n *Node) onProbeReply(now time.Time, pkt []byte) error {
 func (n *Node) ownLinkMoved(now time.Time, m *member) bool {
 	s := m.link.Stats(now)
 	r := m.reported
-	return s.Valid && (s.Up != r.Up || (s.Delay-r.Delay).Abs() >= materialDelay || materialLoss(r.Loss, s.Loss.Rate))
+	th := materialDelay
+	if n.cfg.Economy {
+		th = smoothJump // smaller moves are averaged over seconds anyway
+	}
+	return s.Valid && (s.Up != r.Up || (s.Delay-r.DelayAt(now)).Abs() >= th || materialLoss(r.Loss, s.Loss.Rate))
 }
 
 // onLinkState stores a newer report and floods it on to the members the
@@ -176,11 +180,12 @@ func (n *Node) onLinkState(now time.Time, from netip.AddrPort, pkt []byte) error
 		n.heard(now, o)
 	}
 	old, _ := n.db.Origin(o.id)
+	deltaMoved := ls.Delta && n.deltaMaterial(ls)
 	if n.db.Apply(now, ls) != linkstate.Accepted {
 		return nil
 	}
 	n.flood(o, pkt)
-	if cur, _ := n.db.Origin(o.id); old == nil || material(old.Links, cur.Links) {
+	if cur, _ := n.db.Origin(o.id); old == nil || deltaMoved || (!ls.Delta && material(old.Links, cur.Links)) {
 		n.refreshSoon(now) // reroute now; a mere refresh waits for the next tick
 	}
 	return nil
@@ -207,6 +212,23 @@ func material(old, cur map[wire.SiteID]linkstate.Link) bool {
 	}
 	for id, c := range cur {
 		o, ok := old[id]
+		if !ok || o.Up != c.Up || (c.Delay-o.Delay).Abs() >= materialDelay || materialLoss(o.Loss, c.Loss) {
+			return true
+		}
+	}
+	return false
+}
+
+// deltaMaterial reports whether a delta message changes a link it
+// carries as much as material means (a delta updates the report in
+// place, so the test is made before it is applied).
+func (n *Node) deltaMaterial(ls *wire.LinkState) bool {
+	if o, ok := n.db.Origin(ls.Origin); !ok || o.Incarnation != ls.Incarnation {
+		return true
+	}
+	for i := range ls.Entries {
+		c := linkstate.FromWire(ls.Origin, &ls.Entries[i])
+		o, ok := n.db.Link(ls.Origin, c.To)
 		if !ok || o.Up != c.Up || (c.Delay-o.Delay).Abs() >= materialDelay || materialLoss(o.Loss, c.Loss) {
 			return true
 		}

@@ -38,7 +38,7 @@ func (n *Node) scaleTimers() {
 	}
 	n.timers = scaledTimers(&n.cfg, count)
 	for _, m := range n.members {
-		m.link.SetDownAfter(n.timers.down)
+		m.link.SetDownAfter(n.downAfter(m))
 	}
 	n.orig.SetMinInterval(n.timers.lsMin)
 }
@@ -53,13 +53,24 @@ const (
 
 // scaledTimers returns the timers for members other sites under cfg.
 func scaledTimers(cfg *Config, members int) timers {
+	mb := maxBatch
+	if cfg.Economy {
+		mb = economyMaxBatch
+	}
 	t := timers{probe: cfg.ProbeInterval, suspect: cfg.SuspectAfter, down: cfg.DownAfter, members: members,
-		batch: min(maxBatch, max(minBatch, time.Duration(members)*time.Millisecond)),
+		batch: min(mb, max(minBatch, time.Duration(members)*time.Millisecond)),
 		lsMin: max(cfg.LinkState.MinInterval, time.Duration(members)*lsMinPerMember)}
-	if cfg.MaxProbeRate <= 0 {
+	rate := cfg.MaxProbeRate
+	if cfg.Economy {
+		rate = coldProbeRate
+	}
+	if rate <= 0 {
 		return t
 	}
-	need := time.Duration(members) * time.Second / time.Duration(cfg.MaxProbeRate)
+	need := time.Duration(members) * time.Second / time.Duration(rate)
+	if cfg.Economy {
+		need = min(need, coldMaxInterval)
+	}
 	if need <= cfg.ProbeInterval {
 		return t
 	}

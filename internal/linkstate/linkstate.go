@@ -43,6 +43,24 @@ type Link struct {
 	// this site's knowledge, not carried on the wire.
 	UpSince  time.Time
 	Flapping bool
+	// DriftPPM is how fast the origin sees Delay move with the clocks'
+	// skew, in parts per million: DelayAt extrapolates by it.
+	DriftPPM int
+	// seq is the sequence number of the message that last set this
+	// entry: a delta message updates only entries older than itself.
+	seq uint32
+	// At is when this value was measured or received (local clock).
+	At time.Time
+}
+
+// DelayAt returns the delay extrapolated to now by the drift: between two
+// reports the offset-shifted delay of a link between clocks that run at
+// different rates moves by DriftPPM microseconds a second.
+func (l Link) DelayAt(now time.Time) time.Duration {
+	if l.DriftPPM == 0 || l.At.IsZero() {
+		return l.Delay
+	}
+	return l.Delay + time.Duration(float64(now.Sub(l.At))*float64(l.DriftPPM)/1e6)
 }
 
 // FlapWindow is how soon after going down a link that comes back up is
@@ -85,6 +103,9 @@ const (
 // Apply stores a received link-state message if it is newer than the one
 // held for its origin.
 func (db *DB) Apply(now time.Time, ls *wire.LinkState) Outcome {
+	if ls.Delta {
+		return db.applyDelta(now, ls)
+	}
 	o := db.origins[ls.Origin]
 	if o != nil && !newer(ls.Incarnation, ls.Seq, o.Incarnation, o.Seq) {
 		return Stale
@@ -94,9 +115,63 @@ func (db *DB) Apply(now time.Time, ls *wire.LinkState) Outcome {
 		Links: make(map[wire.SiteID]Link, len(ls.Entries))}
 	for i := range ls.Entries {
 		l := FromWire(ls.Origin, &ls.Entries[i])
+		l.seq, l.At = ls.Seq, now
 		o.Links[l.To] = l
 	}
 	db.replace(now, old, o)
+	return Accepted
+}
+
+// applyDelta applies a delta message: a newer incarnation starts the
+// origin's row afresh with the entries carried; within the incarnation
+// each entry replaces the one held if the message is newer than the
+// message that set it, so that reordered messages cannot roll an entry
+// back. The report is updated in place. The message is Stale when it
+// changed nothing (a copy already applied, or an older incarnation).
+func (db *DB) applyDelta(now time.Time, ls *wire.LinkState) Outcome {
+	o := db.origins[ls.Origin]
+	if o != nil && ls.Incarnation < o.Incarnation {
+		return Stale
+	}
+	if o == nil || ls.Incarnation > o.Incarnation {
+		fresh := &Origin{ID: ls.Origin, Incarnation: ls.Incarnation, Seq: ls.Seq, Received: now,
+			Links: make(map[wire.SiteID]Link, len(ls.Entries))}
+		for i := range ls.Entries {
+			l := FromWire(ls.Origin, &ls.Entries[i])
+			l.seq, l.At = ls.Seq, now
+			fresh.Links[l.To] = l
+		}
+		db.replace(now, o, fresh)
+		return Accepted
+	}
+	applied := int32(ls.Seq-o.Seq) > 0
+	for i := range ls.Entries {
+		l := FromWire(ls.Origin, &ls.Entries[i])
+		l.seq, l.At = ls.Seq, now
+		p, had := o.Links[l.To]
+		if had && int32(ls.Seq-p.seq) <= 0 {
+			continue
+		}
+		applied = true
+		key := [2]wire.SiteID{o.ID, l.To}
+		switch {
+		case l.Up && had && p.Up:
+			l.UpSince, l.Flapping = p.UpSince, p.Flapping
+		case l.Up:
+			down, ok := db.downAt[key]
+			l.UpSince, l.Flapping = now, ok && now.Sub(down) < FlapWindow
+		case had && p.Up:
+			db.downAt[key] = now
+		}
+		o.Links[l.To] = l
+	}
+	if !applied {
+		return Stale
+	}
+	if int32(ls.Seq-o.Seq) > 0 {
+		o.Seq = ls.Seq
+	}
+	o.Received = now
 	return Accepted
 }
 
@@ -243,14 +318,14 @@ func (db *DB) Fresh(now time.Time, id wire.SiteID) bool {
 func FromWire(from wire.SiteID, e *wire.LinkEntry) Link {
 	return Link{From: from, To: e.Peer, Up: e.Up(), Delay: time.Duration(e.Delay),
 		RTT: wire.MicrosFromWire(e.RTT), Jitter: wire.MicrosFromWire(uint32(e.Jitter)),
-		Loss: wire.LossFromWire(e.Loss), LossSamples: int(e.LossSamples)}
+		Loss: wire.LossFromWire(e.Loss), LossSamples: int(e.LossSamples), DriftPPM: int(e.Drift)}
 }
 
 // ToWire converts a link to its wire entry.
 func ToWire(l Link) wire.LinkEntry {
 	e := wire.LinkEntry{Peer: l.To, Loss: wire.LossToWire(l.Loss), RTT: wire.MicrosToWire(l.RTT),
 		Jitter: uint16(min(wire.MicrosToWire(l.Jitter), 0xFFFF)), LossSamples: uint16(min(max(l.LossSamples, 0), 0xFFFF)),
-		Delay: int64(l.Delay)}
+		Delay: int64(l.Delay), Drift: int8(min(max(l.DriftPPM, -127), 127))}
 	if l.Up {
 		e.Flags |= wire.LinkFlagUp
 	}

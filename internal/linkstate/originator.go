@@ -24,6 +24,19 @@ type OriginatorConfig struct {
 	RTTFraction float64
 	// LossChange is the smallest change of loss sent at once.
 	LossChange float64
+	// Delta sends only what changed (BuildDelta): a link is sent when it
+	// moved from what was last sent by DeltaDelay or more (or in state,
+	// round trip or loss as above), then repeated in the next Repeats
+	// messages in case one is lost (a repeat alone does not make a
+	// message due: it waits for the next one, at most Refresh later); every message also carries a share
+	// of the other links, oldest sent first, so that each is sent again
+	// at least every FullRefresh. Refresh is then the longest time
+	// between two messages (which keeps the report fresh at the
+	// receivers), and carries the share due.
+	Delta       bool
+	DeltaDelay  time.Duration
+	Repeats     int
+	FullRefresh time.Duration
 }
 
 // DefaultOriginatorConfig refreshes every second and sends changes of
@@ -50,12 +63,27 @@ type Originator struct {
 	seq         uint32
 	last        map[wire.SiteID]Link
 	lastAt      time.Time
+	// sent holds, in delta mode, what was last sent of each link.
+	sent map[wire.SiteID]*sentLink
+}
+
+// sentLink is what an originator in delta mode last sent of one link:
+// the value, when, and how many more messages must repeat it.
+type sentLink struct {
+	link    Link
+	at      time.Time
+	repeats int
 }
 
 // NewOriginator returns an originator for site self.
 func NewOriginator(cfg OriginatorConfig, self wire.SiteID, incarnation uint64) *Originator {
-	return &Originator{cfg: cfg, self: self, incarnation: incarnation, last: map[wire.SiteID]Link{}}
+	return &Originator{cfg: cfg, self: self, incarnation: incarnation, last: map[wire.SiteID]Link{},
+		sent: map[wire.SiteID]*sentLink{}}
 }
+
+// SetFullRefresh changes the longest time between two sendings of one
+// link in delta mode.
+func (o *Originator) SetFullRefresh(d time.Duration) { o.cfg.FullRefresh = d }
 
 // SetMinInterval changes the shortest time between two messages.
 func (o *Originator) SetMinInterval(d time.Duration) { o.cfg.MinInterval = d }
@@ -77,6 +105,14 @@ func (o *Originator) Due(now time.Time, links []Link) bool {
 func (o *Originator) NextDue() time.Time { return o.lastAt.Add(o.cfg.Refresh) }
 
 func (o *Originator) changed(links []Link) bool {
+	if o.cfg.Delta {
+		for _, l := range links {
+			if p, ok := o.sent[l.To]; !ok || o.moved(p.link, l) {
+				return true // repeats alone wait for the next message
+			}
+		}
+		return false
+	}
 	if len(links) != len(o.last) {
 		return true
 	}
@@ -94,7 +130,7 @@ func (o *Originator) significant(p, l Link) bool {
 	if p.Up != l.Up {
 		return true
 	}
-	if abs(l.Delay-p.Delay) >= o.cfg.DelayChange {
+	if abs(l.Delay-p.DelayAt(l.At)) >= o.cfg.DelayChange {
 		return true
 	}
 	rttTh := max(o.cfg.RTTChange, time.Duration(o.cfg.RTTFraction*float64(p.RTT)))
@@ -133,4 +169,114 @@ func abs(d time.Duration) time.Duration {
 		return -d
 	}
 	return d
+}
+
+// pending reports whether a link must go into the next delta message: it
+// was never sent, it moved from what was sent, or a repeat is due.
+func (o *Originator) pending(l Link) bool {
+	p, ok := o.sent[l.To]
+	return !ok || p.repeats > 0 || o.moved(p.link, l)
+}
+
+// lossMoved reports whether a lossy link's sample count doubled or halved
+// since it was sent, which changes its confidence interval at the
+// receivers.
+func lossMoved(p, l Link) bool {
+	if l.Loss == 0 && p.Loss == 0 {
+		return false
+	}
+	return l.LossSamples >= 2*p.LossSamples || 2*l.LossSamples <= p.LossSamples
+}
+
+// BuildDelta returns the next delta messages for the current links and
+// records what they carry as sent: the links pending (new, moved, or
+// repeated), and the share of the others due for refresh, oldest sent
+// first: len(links) × the time since the last message / FullRefresh,
+// rounded up. Links beyond wire.MaxLinkEntries go into further messages,
+// each with its own sequence number. With nothing to carry it returns
+// one empty message, which keeps the report fresh.
+func (o *Originator) BuildDelta(now time.Time, links []Link) []wire.LinkState {
+	since := o.cfg.Refresh
+	if !o.lastAt.IsZero() {
+		since = now.Sub(o.lastAt)
+	}
+	o.lastAt = now
+	var carry, rest []Link
+	for _, l := range links {
+		if o.pending(l) {
+			carry = append(carry, l)
+		} else {
+			rest = append(rest, l)
+		}
+	}
+	share := 0
+	if o.cfg.FullRefresh > 0 {
+		share = int((int64(len(links))*int64(since) + int64(o.cfg.FullRefresh) - 1) / int64(o.cfg.FullRefresh))
+	}
+	slices.SortFunc(rest, func(a, b Link) int {
+		if c := o.sent[a.To].at.Compare(o.sent[b.To].at); c != 0 {
+			return c
+		}
+		return int(int64(a.To) - int64(b.To))
+	})
+	carry = append(carry, rest[:min(share, len(rest))]...)
+	for _, l := range carry {
+		p := o.sent[l.To]
+		switch {
+		case p == nil:
+			p = &sentLink{repeats: o.cfg.Repeats}
+			o.sent[l.To] = p
+		case p.repeats > 0 && !o.moved(p.link, l):
+			p.repeats--
+		case o.moved(p.link, l):
+			p.repeats = o.cfg.Repeats
+		}
+		p.link, p.at = l, now
+	}
+	return o.chunks(carry, true)
+}
+
+// moved reports whether a link differs from what was sent by enough to
+// be sent (and repeated) again.
+// The delay is compared with what the receivers extrapolate from the
+// value sent and its drift; a new estimate of the drift alone is not sent
+// (it goes with the next value), since what matters is whether the
+// receivers' extrapolation is still right.
+func (o *Originator) moved(p, l Link) bool {
+	return o.significant(p, l) || abs(l.Delay-p.DelayAt(l.At)) >= o.cfg.DeltaDelay || lossMoved(p, l)
+}
+
+// Full returns the whole row as delta messages under the latest sequence
+// number, for a member that has none of it (it just joined or came
+// back); nothing is recorded as sent.
+func (o *Originator) Full(links []Link) []wire.LinkState {
+	seq := o.seq
+	o.seq--
+	out := o.chunks(links, true)
+	o.seq = seq
+	for i := range out {
+		out[i].Seq = seq
+	}
+	return out
+}
+
+// chunks puts links, sorted by peer ID, into messages of at most
+// wire.MaxLinkEntries entries, each with the next sequence number (one
+// empty message when there are none).
+func (o *Originator) chunks(links []Link, delta bool) []wire.LinkState {
+	sorted := slices.Clone(links)
+	slices.SortFunc(sorted, func(a, b Link) int { return int(int64(a.To) - int64(b.To)) })
+	var out []wire.LinkState
+	for first := true; first || len(sorted) > 0; first = false {
+		k := min(len(sorted), wire.MaxLinkEntries)
+		o.seq++
+		ls := wire.LinkState{Origin: o.self, Incarnation: o.incarnation, Seq: o.seq, Delta: delta,
+			Entries: make([]wire.LinkEntry, 0, k)}
+		for _, l := range sorted[:k] {
+			ls.Entries = append(ls.Entries, ToWire(l))
+		}
+		out = append(out, ls)
+		sorted = sorted[k:]
+	}
+	return out
 }

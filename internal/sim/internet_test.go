@@ -181,15 +181,6 @@ func TestInternetLossRoutes(t *testing.T) {
 	}
 }
 
-// names returns a path as site names.
-func (n *Net) names(p []wire.SiteID) []string {
-	out := make([]string, 0, len(p))
-	for _, id := range p {
-		out = append(out, n.nameOf(id))
-	}
-	return out
-}
-
 // lossRates are the loss rates of TestInternetLossRoutes; DETOUR_SIM_LOSS
 // (a comma-separated list of percentages) replaces them.
 func lossRates() []float64 {

@@ -110,6 +110,28 @@ func TestLinkStateLegacyLayout(t *testing.T) {
 	}
 }
 
+// The delta flag survives the round trip, and a message without it is a
+// whole row.
+func TestLinkStateDeltaFlag(t *testing.T) {
+	for _, delta := range []bool{true, false} {
+		ls := LinkState{Origin: 5, Seq: 3, Delta: delta, Entries: []LinkEntry{{Peer: 6, Flags: LinkFlagUp}}}
+		b, err := AppendLinkState(nil, &ls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b[3]&FlagDelta != 0; got != delta {
+			t.Fatalf("delta %v encoded as flags %#x", delta, b[3])
+		}
+		var got LinkState
+		if err := ParseLinkState(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Delta != delta {
+			t.Fatalf("delta %v parsed as %v", delta, got.Delta)
+		}
+	}
+}
+
 func TestLinkStateRejectsSelfLinkAndTooMany(t *testing.T) {
 	ls := LinkState{Origin: 5, Entries: []LinkEntry{{Peer: 5}}}
 	b, _ := AppendLinkState(nil, &ls)

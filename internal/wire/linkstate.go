@@ -34,7 +34,7 @@ import "time"
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	|                          peer site ID                         |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//	|  link flags   |   reserved    |   loss (fraction × 65535)     |
+//	|  link flags   |  drift (ppm)  |   loss (fraction × 65535)     |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	|                 round-trip time, microseconds                 |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
@@ -45,7 +45,10 @@ import "time"
 //	|                                                               |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //
-// Link flag bit 0 means the link is up. The loss is the origin's
+// The drift is how fast the origin sees the offset-shifted delay move
+// with the two clocks' skew, in parts per million (signed, saturated at
+// ±127; zero from sites that do not say): a receiver extrapolates the
+// delay by it between two reports. Link flag bit 0 means the link is up. The loss is the origin's
 // outgoing direction only, over the number of probes given beside the
 // jitter (both saturate at 65535), from which every site computes the
 // same confidence interval. A message whose common header has flag 0x01
@@ -55,6 +58,13 @@ import "time"
 // receive time minus send time on two unsynchronised clocks; it may be
 // negative and is only meaningful in sums and differences of paths between
 // the same two sites.
+
+// Flag 0x02 (FlagDelta) says the message carries only some of the
+// origin's links, those that changed and a share refreshed in turn: the
+// receiver updates the entries listed and keeps the others (an entry
+// older than the one held, by sequence number, is ignored). Without it
+// the message is the origin's whole row and replaces what is held. A
+// row too long for one datagram is sent as several delta messages.
 
 // Link-state sizes.
 const (
@@ -69,6 +79,10 @@ const (
 // number of probes their loss is over.
 const FlagLossSamples uint8 = 1 << 0
 
+// FlagDelta marks a link-state message that updates only the entries it
+// carries.
+const FlagDelta uint8 = 1 << 1
+
 // LinkFlagUp marks a link as up in LinkEntry.Flags.
 const LinkFlagUp uint8 = 1 << 0
 
@@ -81,7 +95,9 @@ type LinkEntry struct {
 	Jitter uint16 // microseconds
 	// LossSamples is the number of probes Loss is over; 0 if unknown.
 	LossSamples uint16
-	Delay       int64 // offset-shifted one-way delay, nanoseconds
+	// Drift is the rate of change of Delay with clock skew, in ppm.
+	Drift int8
+	Delay int64 // offset-shifted one-way delay, nanoseconds
 }
 
 // Up reports whether the link is up.
@@ -93,7 +109,10 @@ type LinkState struct {
 	Origin      SiteID
 	Incarnation uint64
 	Seq         uint32
-	Entries     []LinkEntry
+	// Delta says the entries update the origin's row rather than
+	// replace it (FlagDelta).
+	Delta   bool
+	Entries []LinkEntry
 }
 
 // LinkStateLen returns the encoded length of a message with n entries.
@@ -106,7 +125,11 @@ func AppendLinkState(b []byte, ls *LinkState) ([]byte, error) {
 		return b, ErrMalformed
 	}
 	var h [LinkStateFixedLen]byte
-	PutCommon(h[:], TypeLinkState, FlagLossSamples)
+	flags := FlagLossSamples
+	if ls.Delta {
+		flags |= FlagDelta
+	}
+	PutCommon(h[:], TypeLinkState, flags)
 	be.PutUint32(h[4:], uint32(ls.Origin))
 	be.PutUint64(h[8:], ls.Incarnation)
 	be.PutUint32(h[16:], ls.Seq)
@@ -122,6 +145,7 @@ func appendLinkEntry(b []byte, e *LinkEntry) []byte {
 	var m [LinkEntryLen]byte
 	be.PutUint32(m[0:], uint32(e.Peer))
 	m[4] = e.Flags
+	m[5] = byte(e.Drift)
 	be.PutUint16(m[6:], e.Loss)
 	be.PutUint32(m[8:], e.RTT)
 	be.PutUint16(m[12:], e.Jitter)
@@ -148,6 +172,7 @@ func ParseLinkState(b []byte, ls *LinkState) error {
 		return ErrTruncated
 	}
 	_, flags, _ := ParseCommon(b)
+	ls.Delta = flags&FlagDelta != 0
 	ls.Entries = ls.Entries[:0]
 	off := LinkStateFixedLen
 	for i := 0; i < n; i++ {
@@ -167,6 +192,7 @@ func parseLinkEntry(m []byte, samples bool) LinkEntry {
 	e := LinkEntry{
 		Peer:  SiteID(be.Uint32(m[0:])),
 		Flags: m[4],
+		Drift: int8(m[5]),
 		Loss:  be.Uint16(m[6:]),
 		RTT:   be.Uint32(m[8:]),
 		Delay: int64(be.Uint64(m[16:])),
