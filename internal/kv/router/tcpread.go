@@ -127,3 +127,6 @@ func (p *Pool) GiveUpRead(j int) {
 	c.GiveUp(k)
 	p.rep.mu.Unlock()
 }
+
+// KeyHash is the hash ReadChoice.Hash and ObserveRead use for a key.
+func KeyHash(key []byte) uint32 { return keyHash(key) }

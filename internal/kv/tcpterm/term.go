@@ -279,52 +279,6 @@ func (t *Terminator) release(a netip.Addr) {
 	t.stats.Active.Add(-1)
 }
 
-// poolRouter adapts a pool to proxy.Router: the key's shard (its ring
-// owner, or the failover), and of the shard its first usable replica (a
-// pool without replicas has one server per shard); writes go to every
-// usable replica (Replicas).
-type poolRouter struct{ p *router.Pool }
-
-func (r poolRouter) Owner(key []byte) int {
-	o := r.p.Owner(key)
-	if o < 0 || o >= len(r.p.Shards) {
-		return -1
-	}
-	for _, j := range r.p.Shards[o].Replicas {
-		if r.p.Servers[j].Usable() && !r.p.Drained[j] {
-			return j
-		}
-	}
-	return -1
-}
-
-// Replicas gives the other usable replicas of server o's shard, to which
-// a write also goes (proxy.Replicated).
-func (r poolRouter) Replicas(o int, dst []int) []int {
-	if !r.p.Replicated() {
-		return dst
-	}
-	sh := r.p.Servers[o].Shard
-	if sh < 0 || sh >= len(r.p.Shards) {
-		return dst
-	}
-	for _, j := range r.p.Shards[sh].Replicas {
-		if j != o && r.p.Servers[j].Usable() && !r.p.Drained[j] {
-			dst = append(dst, j)
-		}
-	}
-	return dst
-}
-
-func (r poolRouter) Any() int {
-	for i, s := range r.p.Servers {
-		if s.Usable() && !r.p.Drained[i] {
-			return i
-		}
-	}
-	return -1
-}
-
 // pool returns the pool in force behind a virtual address.
 func (t *Terminator) pool(vip netip.AddrPort) *router.Pool {
 	tb := t.cfg.Table()
