@@ -41,6 +41,7 @@ type Config struct {
 	ServerIdle     time.Duration // an unused server connection is closed (DefaultServerIdle)
 	ConnsPerServer int           // server connections per server and protocol (DefaultConnsPerServer)
 	DialTimeout    time.Duration // to connect to a server (DefaultDialTimeout)
+	ProbeEvery     time.Duration // version requests to local replicas (DefaultProbeEvery; negative: none)
 }
 
 // The default limits.
@@ -51,6 +52,7 @@ const (
 	DefaultServerIdle     = 60 * time.Second // below router.TCPConnIdle
 	DefaultConnsPerServer = 2
 	DefaultDialTimeout    = time.Second
+	DefaultProbeEvery     = 40 * time.Millisecond // under half the agent's health check interval (probe.go)
 )
 
 // Stats are a terminator's counters.
@@ -110,6 +112,9 @@ func New(cfg Config) (*Terminator, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
+	if cfg.ProbeEvery == 0 {
+		cfg.ProbeEvery = DefaultProbeEvery
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -136,6 +141,9 @@ func (t *Terminator) Run(ctx context.Context) error {
 	inErr := make(chan error, 1)
 	go func() { inErr <- t.ns.inbound() }()
 	go t.injector(ctx)
+	if t.cfg.ProbeEvery > 0 {
+		go (&prober{t: t, failed: map[netip.AddrPort]time.Time{}}).run(ctx)
+	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	defer t.shutdown()

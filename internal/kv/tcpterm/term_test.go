@@ -435,7 +435,7 @@ func TestTerminatorReplicas(t *testing.T) {
 // other's estimate), and `kv why` shows the TCP samples and the key's
 // size.
 func TestTerminatorChoosesReplica(t *testing.T) {
-	s := newSite(t, Config{}, true, func(ps *router.PoolSpec) {
+	s := newSite(t, Config{ProbeEvery: -1}, true, func(ps *router.PoolSpec) {
 		ps.Shards = []router.ShardSpec{{Weight: 1}}
 		ps.Policy = replica.Predicted
 		for i := range ps.Servers {
@@ -477,5 +477,34 @@ func TestTerminatorChoosesReplica(t *testing.T) {
 	}
 	if p.Stats.ReadsLocal.Load() != reads {
 		t.Fatalf("%d reads counted, want %d", p.Stats.ReadsLocal.Load(), reads)
+	}
+}
+
+// TestTerminatorProbes: the terminator asks every local server of a
+// replicated pool for its version over TCP, so that a server that does
+// not answer UDP still has replies (the agent's health check counts
+// them).
+func TestTerminatorProbes(t *testing.T) {
+	s := newSite(t, Config{ProbeEvery: 10 * time.Millisecond}, true, func(ps *router.PoolSpec) {
+		ps.Shards = []router.ShardSpec{{Weight: 1}}
+		for i := range ps.Servers {
+			ps.Servers[i].Shard = 0
+		}
+	})
+	p := s.table.Pools()[0]
+	start := time.Now().UnixNano()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n := 0
+		for _, srv := range p.Servers {
+			if srv.Replies.Load() >= 3 && srv.LastReply() > start {
+				n++
+			}
+		}
+		if n == len(p.Servers) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replies %d %d %d after 5 s", p.Servers[0].Replies.Load(), p.Servers[1].Replies.Load(), p.Servers[2].Replies.Load())
+		}
 	}
 }
