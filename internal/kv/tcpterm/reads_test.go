@@ -18,7 +18,7 @@ import (
 func TestReplyTimer(t *testing.T) {
 	tb, err := router.New(router.Spec{Self: self, Subnet: netip.MustParsePrefix("10.20.0.0/24"), Pools: []router.PoolSpec{{
 		Name: "objects", VIP: vip, Hash: ring.Ketama, Policy: replica.Predicted,
-		Shards: []router.ShardSpec{{Weight: 1}},
+		Shards:  []router.ShardSpec{{Weight: 1}},
 		Servers: []router.ServerSpec{{Addr: servers[0], Site: self, Shard: 0}, {Addr: servers[1], Site: self, Shard: 0}},
 	}}})
 	if err != nil {
