@@ -49,7 +49,9 @@
 //
 // With a Router that is Replicated, a request that writes goes to every
 // usable replica of its server, one part each; the client gets the
-// first replica's reply once every replica has answered.
+// first replica's reply once every replica has answered. With a Router
+// that is a Reader, a read goes to the replica Read picks, and its Send
+// is marked Read so that the shell can time the reply for the chooser.
 //
 // A server connection that fails answers each slot still waiting on it
 // with SERVER_ERROR (binary status 0x0086, temporary failure); the

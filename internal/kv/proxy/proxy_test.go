@@ -226,6 +226,45 @@ func TestReplicatedWrites(t *testing.T) {
 	}
 }
 
+// readRouter is replRouter that reads keys of server 1 from server 2.
+type readRouter struct{ replRouter }
+
+func (r readRouter) Read(key []byte) int {
+	if o := r.Owner(key); o != 1 {
+		return o
+	}
+	return 2
+}
+
+// TestReaderPicksReads: with a Reader, reads (single-key, split and meta)
+// go where Read says and are marked Read; writes, including a multi-key
+// gat, still go to Owner's server and its replicas.
+func TestReaderPicksReads(t *testing.T) {
+	sess := &Session{}
+	in := "get 1a\r\nset 1b 0 0 1\r\nx\r\nget 1c 3d\r\nmg 1e v\r\ngat 0 1f 1g\r\n"
+	var got []string
+	for _, snd := range sess.Feed([]byte(in), readRouter{}) {
+		got = append(got, fmt.Sprintf("%d:%v:%s", snd.Server, snd.Read, strings.TrimSpace(string(snd.Buf[:bytes.IndexByte(snd.Buf, '\r')]))))
+	}
+	want := "2:true:get 1a|1:false:set 1b 0 0 1|2:false:set 1b 0 0 1|2:true:get 1c|3:true:get 3d|2:true:mg 1e v|1:false:gat 0 1f 1g"
+	if strings.Join(got, "|") != want {
+		t.Fatalf("sends\n%s\nwant\n%s", strings.Join(got, "|"), want)
+	}
+}
+
+// TestUpstreamBuffered: the bytes of a reply not yet complete are
+// counted, and none once it is.
+func TestUpstreamBuffered(t *testing.T) {
+	u := &Upstream{}
+	u.Append(nil, Send{Buf: []byte("get a\r\n")})
+	if _, err := u.Feed([]byte("VALUE a 0 3\r\nab")); err != nil || u.Buffered() != 15 {
+		t.Fatalf("buffered %d, err %v", u.Buffered(), err)
+	}
+	if dels, err := u.Feed([]byte("c\r\nEND\r\n")); err != nil || u.Buffered() != 0 || len(dels) != 1 || !dels[0].Done {
+		t.Fatalf("buffered %d, deliveries %+v, err %v", u.Buffered(), dels, err)
+	}
+}
+
 func TestQuietSentinel(t *testing.T) {
 	n := newNet(t)
 	n.feed("set 1a 0 0 1 noreply\r\nx\r\nmg 1a q v\r\nmg 1b q v\r\nget 1c\r\n")

@@ -37,6 +37,16 @@ type Replicated interface {
 	Replicas(o int, dst []int) []int
 }
 
+// Reader is implemented by a Router whose shards hold copies of their
+// keys on several servers and which picks, for each read, the copy to
+// read (issue 18): a read (a request with keys that changes nothing)
+// goes where Read says instead of to Owner's server.
+type Reader interface {
+	// Read returns the index of the server a read of key goes to now, or
+	// -1 when none is usable.
+	Read(key []byte) int
+}
+
 // Send is one request (or a server's share of a split get) to write to a
 // server's connection.
 type Send struct {
@@ -47,6 +57,9 @@ type Send struct {
 	// Quiet is set when the request may get no reply: the Upstream sends
 	// a sentinel behind it.
 	Quiet bool
+	// Read marks a request with keys that changes nothing (a get): the
+	// shell may time its reply for the Reader.
+	Read bool
 	// Buf is the request, valid until the next call of Feed.
 	Buf   []byte
 	Token Token
@@ -181,11 +194,16 @@ func (s *Session) next(r Router) bool {
 		return s.splitGet(q, sl, r)
 	}
 	o := -1
+	read := q.NumKeys > 0 && !q.IsWrite()
 	if q.NumKeys == 0 {
 		o = r.Any()
 	} else {
+		owner := r.Owner
+		if rd, ok := r.(Reader); ok && read {
+			owner = rd.Read
+		}
 		var err error
-		if o, err = s.split.Owner(q, r.Owner); err != nil {
+		if o, err = s.split.Owner(q, owner); err != nil {
 			s.reject(err) // a base64 key that does not decode
 			return true
 		}
@@ -200,7 +218,7 @@ func (s *Session) next(r Router) bool {
 	}
 	sl.parts, sl.fanout = 1+len(s.reps), len(s.reps) > 0
 	tok := s.push(sl)
-	snd := Send{Server: o, Binary: q.Protocol == memcache.Binary, Quiet: q.Quiet, Buf: req, Token: tok}
+	snd := Send{Server: o, Binary: q.Protocol == memcache.Binary, Quiet: q.Quiet, Read: read, Buf: req, Token: tok}
 	s.sends = append(s.sends, snd)
 	for i, rep := range s.reps {
 		snd.Server, snd.Token.Part = rep, i+1
@@ -217,9 +235,14 @@ func (s *Session) splitGet(q *memcache.Request, sl slot, r Router) bool {
 	}
 	var parts []memcache.Part
 	var err error
+	read := !q.IsWrite() // gat and gats touch
+	owner := r.Owner
+	if rd, ok := r.(Reader); ok && read {
+		owner = rd.Read
+	}
 	for {
 		dst := s.scratch[len(s.scratch):cap(s.scratch)]
-		parts, err = s.split.SplitGet(q, r.Owner, dst)
+		parts, err = s.split.SplitGet(q, owner, dst)
 		if err != memcache.ErrShortBuffer || cap(s.scratch) > 64*MaxRequest {
 			break
 		}
@@ -244,14 +267,14 @@ func (s *Session) splitGet(q *memcache.Request, sl slot, r Router) bool {
 	if len(parts) == 1 {
 		sl.parts = 1
 		tok := s.push(sl)
-		s.sends = append(s.sends, Send{Server: parts[0].Server, Buf: parts[0].Buf, Token: tok})
+		s.sends = append(s.sends, Send{Server: parts[0].Server, Read: read, Buf: parts[0].Buf, Token: tok})
 		return true
 	}
 	s.Stats.Split++
 	sl.parts, sl.merge = len(parts), true
 	tok := s.push(sl)
 	for _, p := range parts {
-		s.sends = append(s.sends, Send{Server: p.Server, Buf: p.Buf, Token: tok})
+		s.sends = append(s.sends, Send{Server: p.Server, Read: read, Buf: p.Buf, Token: tok})
 	}
 	return true
 }

@@ -80,6 +80,9 @@ func (u *Upstream) Append(dst []byte, snd Send) []byte {
 // Waiting returns the number of requests waiting for their reply.
 func (u *Upstream) Waiting() int { return len(u.wait) - u.first }
 
+// Buffered returns the bytes received that do not complete a reply yet.
+func (u *Upstream) Buffered() int { return len(u.in) - u.inOff }
+
 // Feed takes bytes from the server and returns the pieces of reply they
 // complete. ErrReply means the stream is broken: the shell closes the
 // connection and calls Abandon.

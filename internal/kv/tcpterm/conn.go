@@ -34,6 +34,8 @@ type client struct {
 	// one server go over one connection, so memcached runs them in the
 	// client's order (a get after a set sees the set).
 	pinned map[upKey]*upConn
+	// pr routes the session's requests (used by the reader only).
+	pr poolRouter
 }
 
 // kick wakes the writer.
@@ -107,7 +109,9 @@ func (c *client) read(ctx context.Context) {
 			return
 		}
 		before := c.s.Stats
-		arena, sends = copySends(arena[:0], sends[:0], c.s.Feed(in, poolRouter{p}))
+		c.pr.p, c.pr.now = p, c.t.cfg.Now()
+		arena, sends = copySends(arena[:0], sends[:0], c.s.Feed(in, &c.pr))
+		arena, sends = c.pr.exploreSends(arena, sends)
 		c.count(before, c.s.Stats)
 		ready := c.s.Pending() > 0 || c.s.Closed()
 		c.mu.Unlock()
@@ -190,9 +194,13 @@ func (c *client) write() {
 	}
 }
 
-// failTokens answers the slots of tokens with SERVER_ERROR.
+// failTokens answers the slots of tokens with SERVER_ERROR (an
+// exploring copy's token has no slot).
 func failTokens(toks []proxy.Token) {
 	for _, tok := range toks {
+		if tok.S == nil {
+			continue
+		}
 		c := tok.S.Tag.(*client)
 		c.mu.Lock()
 		tok.S.Fail(tok)
@@ -219,8 +227,9 @@ type upConn struct {
 	srv *router.Server
 
 	wmu  sync.Mutex // writers, in the order their requests were queued
-	mu   sync.Mutex // u
+	mu   sync.Mutex // u and rt
 	u    proxy.Upstream
+	rt   replyTimer // times the replies to reads of replicated pools
 	dead bool
 	wbuf []byte
 	last atomic.Int64 // when it was last used (unix ns)
@@ -258,7 +267,7 @@ func (c *client) dispatch(ctx context.Context, p *router.Pool, sends []proxy.Sen
 				}
 				c.pinned[key] = uc
 			}
-			if sent = uc.send(group); !sent {
+			if sent = uc.send(p, group); !sent {
 				delete(c.pinned, key) // it died: the next one takes over
 			}
 		}
@@ -319,9 +328,9 @@ func (c *upConn) waiting() int {
 	return c.u.Waiting()
 }
 
-// send queues and writes requests; false when the connection is dead
-// (nothing was queued).
-func (c *upConn) send(sends []proxy.Send) bool {
+// send queues and writes requests of pool p; false when the connection
+// is dead (nothing was queued).
+func (c *upConn) send(p *router.Pool, sends []proxy.Send) bool {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
@@ -333,6 +342,7 @@ func (c *upConn) send(sends []proxy.Send) bool {
 	now := c.t.cfg.Now()
 	for _, s := range sends {
 		c.wbuf = c.u.Append(c.wbuf, s)
+		c.rt.push(readMeta(p, s, now))
 		c.srv.TCPRequest(now)
 	}
 	c.mu.Unlock()
@@ -353,11 +363,16 @@ func (c *upConn) read() {
 		n, err := c.conn.Read(buf)
 		if n > 0 {
 			c.mu.Lock()
-			dels, ferr := c.u.Feed(buf[:n])
 			now := c.t.cfg.Now()
+			c.rt.read(now)
+			dels, ferr := c.u.Feed(buf[:n])
 			for _, d := range dels {
 				if d.Done {
 					c.srv.TCPReply(now)
+				}
+				c.rt.piece(d, now)
+				if d.Token.S == nil {
+					continue // an exploring copy: its reply only fed the chooser
 				}
 				cl := d.Token.S.Tag.(*client)
 				cl.mu.Lock()
@@ -365,6 +380,7 @@ func (c *upConn) read() {
 				cl.mu.Unlock()
 				cl.kick()
 			}
+			c.rt.settle(c.u.Buffered(), now)
 			c.mu.Unlock()
 			if ferr != nil {
 				c.t.stats.BadReplies.Add(1)
@@ -392,6 +408,7 @@ func (c *upConn) fail() {
 	}
 	c.dead = true
 	toks := c.u.Abandon()
+	c.rt.abandon()
 	c.mu.Unlock()
 	c.conn.Close()
 	t := c.t

@@ -41,6 +41,7 @@ type Config struct {
 	ServerIdle     time.Duration // an unused server connection is closed (DefaultServerIdle)
 	ConnsPerServer int           // server connections per server and protocol (DefaultConnsPerServer)
 	DialTimeout    time.Duration // to connect to a server (DefaultDialTimeout)
+	ProbeEvery     time.Duration // version requests to local replicas (DefaultProbeEvery; negative: none)
 }
 
 // The default limits.
@@ -51,6 +52,7 @@ const (
 	DefaultServerIdle     = 60 * time.Second // below router.TCPConnIdle
 	DefaultConnsPerServer = 2
 	DefaultDialTimeout    = time.Second
+	DefaultProbeEvery     = 40 * time.Millisecond // under half the agent's health check interval (probe.go)
 )
 
 // Stats are a terminator's counters.
@@ -110,6 +112,9 @@ func New(cfg Config) (*Terminator, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
+	if cfg.ProbeEvery == 0 {
+		cfg.ProbeEvery = DefaultProbeEvery
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -136,6 +141,9 @@ func (t *Terminator) Run(ctx context.Context) error {
 	inErr := make(chan error, 1)
 	go func() { inErr <- t.ns.inbound() }()
 	go t.injector(ctx)
+	if t.cfg.ProbeEvery > 0 {
+		go (&prober{t: t, failed: map[netip.AddrPort]time.Time{}}).run(ctx)
+	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	defer t.shutdown()
@@ -277,52 +285,6 @@ func (t *Terminator) release(a netip.Addr) {
 	}
 	t.mu.Unlock()
 	t.stats.Active.Add(-1)
-}
-
-// poolRouter adapts a pool to proxy.Router: the key's shard (its ring
-// owner, or the failover), and of the shard its first usable replica (a
-// pool without replicas has one server per shard); writes go to every
-// usable replica (Replicas).
-type poolRouter struct{ p *router.Pool }
-
-func (r poolRouter) Owner(key []byte) int {
-	o := r.p.Owner(key)
-	if o < 0 || o >= len(r.p.Shards) {
-		return -1
-	}
-	for _, j := range r.p.Shards[o].Replicas {
-		if r.p.Servers[j].Usable() && !r.p.Drained[j] {
-			return j
-		}
-	}
-	return -1
-}
-
-// Replicas gives the other usable replicas of server o's shard, to which
-// a write also goes (proxy.Replicated).
-func (r poolRouter) Replicas(o int, dst []int) []int {
-	if !r.p.Replicated() {
-		return dst
-	}
-	sh := r.p.Servers[o].Shard
-	if sh < 0 || sh >= len(r.p.Shards) {
-		return dst
-	}
-	for _, j := range r.p.Shards[sh].Replicas {
-		if j != o && r.p.Servers[j].Usable() && !r.p.Drained[j] {
-			dst = append(dst, j)
-		}
-	}
-	return dst
-}
-
-func (r poolRouter) Any() int {
-	for i, s := range r.p.Servers {
-		if s.Usable() && !r.p.Drained[i] {
-			return i
-		}
-	}
-	return -1
 }
 
 // pool returns the pool in force behind a virtual address.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 
 	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/kv/kvtest"
+	"github.com/detour-overlay/detour/internal/kv/replica"
 	"github.com/detour-overlay/detour/internal/kv/ring"
 	"github.com/detour-overlay/detour/internal/kv/router"
 	"github.com/detour-overlay/detour/internal/wire"
@@ -43,6 +45,8 @@ type site struct {
 	ep     *channel.Endpoint
 	macs   map[netip.Addr][6]byte
 	direct []string // each server's memcached on loopback
+	// lag delays each server's replies (ns), as a slow disk would.
+	lag [3]atomic.Int64
 }
 
 var (
@@ -94,7 +98,7 @@ func newSite(t *testing.T, cfg Config, bridge bool, shape ...func(*router.PoolSp
 		port := kvtest.FreePort(t, "127.0.0.1")
 		kvtest.Memcached(t, "127.0.0.1", port, false)
 		s.direct = append(s.direct, fmt.Sprintf("127.0.0.1:%d", port))
-		s.relay(a, s.direct[i])
+		s.relay(a, s.direct[i], &s.lag[i])
 	}
 	s.dev = device.NewFake("kv", 1400, 4096)
 	cfg.Dev, cfg.Self, cfg.Table = s.dev, self, func() *router.Table { return tb }
@@ -126,8 +130,9 @@ func newSite(t *testing.T, cfg Config, bridge bool, shape ...func(*router.PoolSp
 	return s
 }
 
-// relay makes server address a relay to a memcached on loopback.
-func (s *site) relay(a netip.AddrPort, to string) {
+// relay makes server address a relay to a memcached on loopback, whose
+// replies wait lag before they go on.
+func (s *site) relay(a netip.AddrPort, to string, lag *atomic.Int64) {
 	l, err := gonet.ListenTCP(s.hosts, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(a.Addr().As4()), Port: a.Port()}, ipv4.ProtocolNumber)
 	if err != nil {
 		s.t.Fatal(err)
@@ -145,9 +150,23 @@ func (s *site) relay(a netip.AddrPort, to string) {
 				continue
 			}
 			go func() { io.Copy(m, c); m.Close() }()
-			go func() { io.Copy(c, m); c.Close() }()
+			go func() { io.Copy(c, lagReader{m, lag}); c.Close() }()
 		}
 	}()
+}
+
+// lagReader delays every read by lag.
+type lagReader struct {
+	r   io.Reader
+	lag *atomic.Int64
+}
+
+func (l lagReader) Read(b []byte) (int, error) {
+	n, err := l.r.Read(b)
+	if d := l.lag.Load(); d > 0 && n > 0 {
+		time.Sleep(time.Duration(d))
+	}
+	return n, err
 }
 
 // bridge carries frames between the hosts, the router and the
@@ -407,5 +426,85 @@ func TestTerminatorReplicas(t *testing.T) {
 	}
 	if shard0 == 0 || shard0 == len(keys) {
 		t.Fatalf("%d of %d keys on shard 0: the test needs both shards", shard0, len(keys))
+	}
+}
+
+// TestTerminatorChoosesReplica: reads over TCP of a replicated pool
+// under the predicted policy go to the replica whose replies come
+// faster, once the chooser has timed both (the exploring copies keep the
+// other's estimate), and `kv why` shows the TCP samples and the key's
+// size.
+func TestTerminatorChoosesReplica(t *testing.T) {
+	s := newSite(t, Config{ProbeEvery: -1}, true, func(ps *router.PoolSpec) {
+		ps.Shards = []router.ShardSpec{{Weight: 1}}
+		ps.Policy = replica.Predicted
+		for i := range ps.Servers {
+			ps.Servers[i].Shard = 0
+		}
+	})
+	s.lag[0].Store(int64(15 * time.Millisecond))
+	c, r := s.dial()
+	value := strings.Repeat("v", 5000)
+	fmt.Fprintf(c, "set k 0 0 %d\r\n%s\r\n", len(value), value)
+	if l := readLine(t, r); l != "STORED\r\n" {
+		t.Fatalf("set: %q", l)
+	}
+	p := s.table.Pools()[0]
+	before := [3]uint64{}
+	for i := range before {
+		before[i] = p.Servers[i].Requests.Load()
+	}
+	const reads = 60
+	for i := 0; i < reads; i++ {
+		fmt.Fprintf(c, "get k\r\n")
+		for _, want := range []string{fmt.Sprintf("VALUE k 0 %d\r\n", len(value)), value + "\r\n", "END\r\n"} {
+			if l := readLine(t, r); l != want {
+				t.Fatalf("read %d: %.40q, want %.40q", i, l, want)
+			}
+		}
+	}
+	var got [3]uint64
+	for i := range got {
+		got[i] = p.Servers[i].Requests.Load() - before[i]
+	}
+	if got[0] > reads/4 || got[1]+got[2] < reads*3/4 {
+		t.Fatalf("reads per server %v: want most away from the slow server 0", got)
+	}
+	w := p.Why([]byte("k"), s.term.cfg.Now())
+	if !w.SizeKnown || w.Size < len(value) || w.Replicas[0].Class.Samples == 0 || w.Replicas[0].Class.Median < int64(10*time.Millisecond) ||
+		w.Replicas[0].Chosen || w.Replicas[0].Outstanding != 0 {
+		t.Fatalf("why %+v", w)
+	}
+	if p.Stats.ReadsLocal.Load() != reads {
+		t.Fatalf("%d reads counted, want %d", p.Stats.ReadsLocal.Load(), reads)
+	}
+}
+
+// TestTerminatorProbes: the terminator asks every local server of a
+// replicated pool for its version over TCP, so that a server that does
+// not answer UDP still has replies (the agent's health check counts
+// them).
+func TestTerminatorProbes(t *testing.T) {
+	s := newSite(t, Config{ProbeEvery: 10 * time.Millisecond}, true, func(ps *router.PoolSpec) {
+		ps.Shards = []router.ShardSpec{{Weight: 1}}
+		for i := range ps.Servers {
+			ps.Servers[i].Shard = 0
+		}
+	})
+	p := s.table.Pools()[0]
+	start := time.Now().UnixNano()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n := 0
+		for _, srv := range p.Servers {
+			if srv.Replies.Load() >= 3 && srv.LastReply() > start {
+				n++
+			}
+		}
+		if n == len(p.Servers) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replies %d %d %d after 5 s", p.Servers[0].Replies.Load(), p.Servers[1].Replies.Load(), p.Servers[2].Replies.Load())
+		}
 	}
 }

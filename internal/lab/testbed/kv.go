@@ -95,25 +95,47 @@ func kvPools(sc *scenario.Scenario, prefix string) []KVPoolState {
 }
 
 // agentKVPools is the agent configuration of the testbed's pools, and the
-// subnet its network must declare for them. Replicated pools are left
-// out until the agent's configuration has shards (the replica branch).
+// subnet its network must declare for them. A replicated pool keeps its
+// shards, replicas (site, tier), policy, near sites and hedging; hedging
+// left off in the scenario is written as an explicit "no".
 func agentKVPools(st *State) ([]config.KVPool, string) {
 	if len(st.KVPools) == 0 {
 		return nil, ""
 	}
 	var out []config.KVPool
 	for _, p := range st.KVPools {
-		if len(p.Shards) > 0 {
-			continue
-		}
 		cp := config.KVPool{Name: p.Name, Network: config.DefaultNetworkName,
 			Address: netip.AddrPortFrom(netip.MustParseAddr(p.Address), uint16(p.Port)).String(), Hash: p.Hash}
 		for _, s := range p.Servers {
 			cp.Servers = append(cp.Servers, config.KVServer{Address: s.Address, Weight: s.Weight, Site: s.Site})
 		}
+		if len(p.Shards) > 0 {
+			cp.Shards = agentKVShards(p.Shards)
+			cp.Policy = p.Policy
+			cp.NearSites = slices.Clone(p.NearSites)
+			hedge := p.Hedge
+			cp.Hedge = &hedge
+		}
 		out = append(out, cp)
 	}
 	return out, overlaySubnet.String()
+}
+
+// agentKVShards is the agent configuration of a replicated pool's shards.
+// A shard's weight is its first replica's (the scenario weighs servers).
+func agentKVShards(shards []KVShardState) []config.KVShard {
+	out := make([]config.KVShard, 0, len(shards))
+	for _, sh := range shards {
+		cs := config.KVShard{Name: sh.Name}
+		for _, r := range sh.Replicas {
+			if cs.Weight == 0 {
+				cs.Weight = r.Weight
+			}
+			cs.Replicas = append(cs.Replicas, config.KVReplica{Address: r.Address, Site: r.Site, Tier: r.Tier})
+		}
+		out = append(out, cs)
+	}
+	return out
 }
 
 // kvServers returns every server of the pools once (a server may serve
