@@ -189,33 +189,7 @@ func TestKVRouter(t *testing.T) {
 
 	// Wait until every server answers through the VIP (their gateways
 	// admit them after a few health checks).
-	probe := map[int]string{}
-	for i := 0; len(probe) < len(rs); i++ {
-		k := fmt.Sprintf("probe-%d", i)
-		if _, ok := probe[rg.Owner([]byte(k))]; !ok {
-			probe[rg.Owner([]byte(k))] = k
-		}
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var reqs [][]byte
-		for _, k := range probe {
-			reqs = append(reqs, binSet(k, "x"))
-		}
-		ok := 0
-		for _, r := range kv.exchange(reqs, len(reqs), 300*time.Millisecond) {
-			if status(r) == 0 {
-				ok++
-			}
-		}
-		if ok == len(reqs) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("servers not all reachable through %s after 20 s", vip)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitServersUp(t, client, vip, rg, len(rs))
 
 	// 1,000 keys set through the VIP.
 	keys := make([]string, 1000)

@@ -204,6 +204,18 @@ func TestReloadPeers(t *testing.T) {
 // reloadWith writes a's configuration file changed by edit and reloads it.
 func reloadWith(t *testing.T, a *Agent, edit func(*config.Agent)) api.Reload {
 	t.Helper()
+	useFile(t, a, edit)
+	res, err := a.Reload()
+	if err != nil {
+		t.Fatalf("%s: reload: %v", a.cfg.Site, err)
+	}
+	return res
+}
+
+// useFile writes a's configuration changed by edit into a file of its own
+// and makes it the file a reload reads.
+func useFile(t *testing.T, a *Agent, edit func(*config.Agent)) {
+	t.Helper()
 	cfg := *a.file
 	cfg.Peers = slices.Clone(cfg.Peers)
 	edit(&cfg)
@@ -216,11 +228,6 @@ func reloadWith(t *testing.T, a *Agent, edit func(*config.Agent)) api.Reload {
 		t.Fatal(err)
 	}
 	a.cfgPath = file
-	res, err := a.Reload()
-	if err != nil {
-		t.Fatalf("%s: reload: %v", cfg.Site, err)
-	}
-	return res
 }
 
 func publicOf(t *testing.T, a *Agent) string {

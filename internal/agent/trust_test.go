@@ -126,21 +126,11 @@ func TestAgentsJoinAndRevokeByCertificate(t *testing.T) {
 // the running key kept.
 func rotateByReload(t *testing.T, a *Agent, key keys.PrivateKey, cert string) {
 	t.Helper()
-	cfg := *a.file
-	cfg.PrivateKey = key.String()
-	b, err := cfg.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), cfg.Site+".yaml")
-	if err := os.WriteFile(file, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	a.cfgPath = file
+	useFile(t, a, func(c *config.Agent) { c.PrivateKey = key.String() })
 	if _, err := a.Reload(); err == nil || !strings.Contains(err.Error(), "another key than this site's private key") {
 		t.Errorf("reload with the old certificate and a new key: %v, want the certificate refused", err)
 	}
-	if err := os.WriteFile(cfg.Trust.CertificateFile, []byte(cert), 0o600); err != nil {
+	if err := os.WriteFile(a.file.Trust.CertificateFile, []byte(cert), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	res, err := a.Reload()

@@ -154,18 +154,26 @@ func (o experimentOptions) config(bin, detour string, log io.Writer) lanman.Conf
 	return c
 }
 
-func experiment(o experimentOptions, stdout, stderr io.Writer) error {
-	bin, err := os.Executable()
-	if err != nil {
-		return err
+// experimentPaths returns the lab binary, the detour binary the agents
+// run (from --detour-bin, else the default), and the output directory
+// (out, else results/NAME-TIME).
+func experimentPaths(detourFlag, out, name string) (bin, detour, dir string, err error) {
+	if bin, err = os.Executable(); err != nil {
+		return "", "", "", err
 	}
-	detour, err := testbed.FindDetour(o.detour)
-	if err != nil {
-		return err
+	if detour, err = testbed.FindDetour(detourFlag); err != nil {
+		return "", "", "", err
 	}
-	out := o.out
 	if out == "" {
-		out = filepath.Join("results", "lanman2017-"+time.Now().Format("20060102-150405"))
+		out = filepath.Join("results", name+"-"+time.Now().Format("20060102-150405"))
+	}
+	return bin, detour, out, nil
+}
+
+func experiment(o experimentOptions, stdout, stderr io.Writer) error {
+	bin, detour, out, err := experimentPaths(o.detour, o.out, "lanman2017")
+	if err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -56,17 +55,9 @@ func runLocality(args []string, stdout, stderr io.Writer) int {
 }
 
 func localityRun(o localityOptions, stdout, stderr io.Writer) error {
-	bin, err := os.Executable()
+	bin, detour, out, err := experimentPaths(o.detour, o.out, "locality")
 	if err != nil {
 		return err
-	}
-	detour, err := testbed.FindDetour(o.detour)
-	if err != nil {
-		return err
-	}
-	out := o.out
-	if out == "" {
-		out = filepath.Join("results", "locality-"+time.Now().Format("20060102-150405"))
 	}
 	c := locality.Config{
 		Bin: bin, Detour: detour, Scenario: o.scenario, Log: stderr,
