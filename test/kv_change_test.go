@@ -37,31 +37,10 @@ func TestKVRingChange(t *testing.T) {
 		overlay = v
 	}
 	o := withAgents(t, upWith(t, kvPrefix, "lanman2017-kv", "--overlay", overlay))
-	out, errOut, err := o.run("status", "--json")
-	if err != nil {
-		t.Fatalf("status: %v %s", err, errOut)
-	}
-	var st struct {
-		KVPools []struct {
-			Address string `json:"address"`
-			Port    int    `json:"port"`
-			Servers []struct {
-				Site, Address string
-				Weight        int
-			} `json:"servers"`
-		} `json:"kv_pools"`
-	}
-	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.KVPools) != 1 {
-		t.Fatalf("status lists pools %+v (%v)", st.KVPools, err)
-	}
-	pool := st.KVPools[0]
-	vip := netip.AddrPortFrom(netip.MustParseAddr(pool.Address), uint16(pool.Port)).String()
-	var rs []ring.Server
+	pool, vip, rs := o.kvPool(t)
 	addrs := []string{}
-	for _, s := range pool.Servers {
-		ap := netip.MustParseAddrPort(s.Address)
-		rs = append(rs, ring.Server{Host: ap.Addr().String(), Port: ap.Port(), Weight: uint32(s.Weight)})
-		addrs = append(addrs, s.Address)
+	for _, srv := range pool.Servers {
+		addrs = append(addrs, srv.Address)
 	}
 
 	// The fourth memcached, at NEU host 2, killed by PID at the end.
@@ -172,7 +151,7 @@ func TestKVRingChange(t *testing.T) {
 			}
 		}()
 	}
-	out = o.mustDetour(t, "LAN", "kv", "add-server", "cache", newAddr.String(), "--site", "NEU")
+	out := o.mustDetour(t, "LAN", "kv", "add-server", "cache", newAddr.String(), "--site", "NEU")
 	answered := time.Since(t0)
 	if !strings.Contains(out, "version 3") {
 		t.Fatalf("add-server at LAN: %s", out)

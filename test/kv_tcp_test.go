@@ -6,19 +6,16 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/kv/ring"
-	"github.com/detour-overlay/detour/internal/lab/testbed"
 )
 
 // kvTCP is a memcached client over TCP opened in a host's namespace.
@@ -96,21 +93,7 @@ func (k *kvTCP) binReply(t *testing.T) []byte {
 // be on exactly the server the ring names.
 func TestKVTCP(t *testing.T) {
 	o := withAgents(t, upWith(t, kvPrefix, "lanman2017-kv", "--overlay", "detour-plain"))
-	out, errOut, err := o.run("status", "--json")
-	if err != nil {
-		t.Fatalf("status: %v %s", err, errOut)
-	}
-	var st testbed.Status
-	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.KVPools) != 1 {
-		t.Fatalf("status lists pools %+v (%v)", st.KVPools, err)
-	}
-	pool := st.KVPools[0]
-	vip := netip.AddrPortFrom(netip.MustParseAddr(pool.Address), uint16(pool.Port)).String()
-	var rs []ring.Server
-	for _, s := range pool.Servers {
-		ap := netip.MustParseAddrPort(s.Address)
-		rs = append(rs, ring.Server{Host: ap.Addr().String(), Port: ap.Port(), Weight: uint32(s.Weight)})
-	}
+	pool, vip, rs := o.kvPool(t)
 	rg, err := ring.New(ring.Ketama, rs)
 	if err != nil {
 		t.Fatal(err)

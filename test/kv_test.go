@@ -165,21 +165,7 @@ func heldKeys(t *testing.T, ns, addr string, keys []string) map[string]bool {
 // by the failover within 300 ms while the other keys see no error.
 func TestKVRouter(t *testing.T) {
 	o := withAgents(t, upWith(t, kvPrefix, "lanman2017-kv", "--overlay", "detour-plain"))
-	out, errOut, err := o.run("status", "--json")
-	if err != nil {
-		t.Fatalf("status: %v %s", err, errOut)
-	}
-	var st testbed.Status
-	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.KVPools) != 1 {
-		t.Fatalf("status lists pools %+v (%v)", st.KVPools, err)
-	}
-	pool := st.KVPools[0]
-	vip := netip.AddrPortFrom(netip.MustParseAddr(pool.Address), uint16(pool.Port)).String()
-	var rs []ring.Server
-	for _, s := range pool.Servers {
-		ap := netip.MustParseAddrPort(s.Address)
-		rs = append(rs, ring.Server{Host: ap.Addr().String(), Port: ap.Port(), Weight: uint32(s.Weight)})
-	}
+	pool, vip, rs := o.kvPool(t)
 	rg, err := ring.New(ring.Ketama, rs)
 	if err != nil {
 		t.Fatal(err)
@@ -396,3 +382,26 @@ func TestKVRouter(t *testing.T) {
 }
 
 func TestKVZZNothingLeftBehind(t *testing.T) { nothingLeftBehind(t, kvPrefix) }
+
+// kvPool reads the one pool of a kv testbed from `testbed status --json`:
+// the pool as the testbed lists it, its virtual address, and its servers
+// as the ring takes them.
+func (o *overlay) kvPool(t *testing.T) (testbed.KVPoolState, string, []ring.Server) {
+	t.Helper()
+	out, errOut, err := o.run("status", "--json")
+	if err != nil {
+		t.Fatalf("status: %v %s", err, errOut)
+	}
+	var st testbed.Status
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.KVPools) != 1 {
+		t.Fatalf("status lists pools %+v (%v)", st.KVPools, err)
+	}
+	pool := st.KVPools[0]
+	vip := netip.AddrPortFrom(netip.MustParseAddr(pool.Address), uint16(pool.Port)).String()
+	var rs []ring.Server
+	for _, s := range pool.Servers {
+		ap := netip.MustParseAddrPort(s.Address)
+		rs = append(rs, ring.Server{Host: ap.Addr().String(), Port: ap.Port(), Weight: uint32(s.Weight)})
+	}
+	return pool, vip, rs
+}
