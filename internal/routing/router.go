@@ -65,6 +65,30 @@ type Config struct {
 	// the old path, and never before its predecessors.
 	HoldMargin time.Duration
 	Weights    Weights
+	// Bulk configures the second path per destination that bulk flows
+	// take.
+	Bulk BulkConfig
+}
+
+// BulkConfig bounds the path chosen for bulk flows.
+type BulkConfig struct {
+	// Enabled turns on the computation of Route.Bulk.
+	Enabled bool
+	// Bound and BoundFraction give how much longer than the lowest-latency
+	// path a bulk path may be: the larger of Bound and BoundFraction of
+	// the lowest-latency path's round trip.
+	Bound         time.Duration
+	BoundFraction float64
+	// MinGain is the factor by which the bulk path's available throughput
+	// must exceed the lowest-latency path's for the bulk path to differ
+	// from it.
+	MinGain float64
+}
+
+// DefaultBulkConfig allows bulk paths up to max(10 ms, 25 % of the best
+// path's round trip) longer, when they offer 1.5 times the throughput.
+func DefaultBulkConfig() BulkConfig {
+	return BulkConfig{Enabled: true, Bound: 10 * time.Millisecond, BoundFraction: 0.25, MinGain: 1.5}
 }
 
 // DefaultConfig returns H = 3, max(0.5 ms, 1.5 %) held for 300 ms (6 s
@@ -88,6 +112,7 @@ func DefaultConfig() Config {
 		ReturnWindow:      time.Minute,
 		HoldMargin:        500 * time.Microsecond,
 		Weights:           DefaultWeights(),
+		Bulk:              DefaultBulkConfig(),
 	}
 }
 
@@ -102,6 +127,10 @@ func (c *Config) Validate() error {
 		return errors.New("routing: negative hold, settle, damping or return time, or a hold margin outside 0..1 ms")
 	case c.Weights.Recovery < 0 || c.Weights.LossFloor < 0 || c.Weights.LossFloor > 1 || c.Weights.MaxLoss < 0 || c.Weights.MaxLoss > 1:
 		return errors.New("routing: loss recovery time must be non-negative, and loss floor and max loss in 0..1")
+	case c.Bulk.Bound < 0 || c.Bulk.BoundFraction < 0 || c.Bulk.BoundFraction > 10:
+		return errors.New("routing: bulk latency bound must be non-negative and its fraction in 0..10")
+	case c.Bulk.Enabled && c.Bulk.MinGain < 1:
+		return errors.New("routing: bulk minimum throughput gain must be at least 1")
 	}
 	return nil
 }

@@ -69,6 +69,29 @@ type Route struct {
 	Pinned bool
 	// Since is when this path was installed (this site's clock).
 	Since time.Time
+	// Bulk is the path for bulk flows to Dest: among the paths whose
+	// delay is within the bulk latency bound (Config.Bulk) of Path's, the
+	// one whose bottleneck has the most available throughput. It is nil
+	// when that is Path itself, when no throughput is known, or when bulk
+	// routing is off; bulk flows then use Path.
+	Bulk *BulkPath
+}
+
+// BulkPath is the path bulk flows take to one destination, with the
+// throughput figures it was chosen on.
+type BulkPath struct {
+	// Path lists the receivers in order, excluding this site; the last
+	// entry is the destination.
+	Path []wire.SiteID
+	// FirstHop is the underlay address of Path[0].
+	FirstHop netip.AddrPort
+	// Delay is the path's offset-shifted one-way delay, comparable with
+	// Route.Delay.
+	Delay time.Duration
+	// Rate is the estimated available throughput of the path's
+	// bottleneck link, and PathRate the same for Route.Path, in bits per
+	// second.
+	Rate, PathRate float64
 }
 
 // Relayed reports whether the route goes through at least one relay.
