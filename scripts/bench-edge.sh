@@ -14,8 +14,10 @@ SECS=${DETOUR_EDGE_SECONDS:-15}
 : >"$LOG"
 # TestEdgeMTU's claim, "as fast as with MTU 1400 everywhere within 10 %",
 # with five interleaved rounds of each.
-DETOUR_BIN=$BIN DETOUR_LAB_BIN=$LAB DETOUR_EDGE_SECONDS=$SECS DETOUR_EDGE_MTU_ROUNDS=5 DETOUR_EDGE_MTU_TOLERANCE=10 go test -count=1 -p 1 -timeout 20m -tags netns \
-	-run 'TestEdge(RateLimits|MTU|EncryptionCost|Migration)$' -v ./test/ 2>&1 | grep -E 'edge_test|^(---|ok|FAIL)' | tee -a "$LOG"
+# TestEdgeEncryptionCost and TestOverlayThroughput compare speeds and run
+# only here (DETOUR_BENCH=1), not in `make test`.
+DETOUR_BENCH=1 DETOUR_BIN=$BIN DETOUR_LAB_BIN=$LAB DETOUR_EDGE_SECONDS=$SECS DETOUR_EDGE_MTU_ROUNDS=5 DETOUR_EDGE_MTU_TOLERANCE=10 go test -count=1 -p 1 -timeout 30m -tags netns \
+	-run 'TestEdge(RateLimits|MTU|EncryptionCost|Migration)$|^TestOverlayThroughput$' -v ./test/ 2>&1 | grep -E 'edge_test|overlay_test|^(---|ok|FAIL)' | tee -a "$LOG"
 status=${PIPESTATUS[0]}
 # Encryption cost on a kernel underlay: one TCP flow and idle RTT.
 for ov in detour-plain detour; do
