@@ -376,14 +376,15 @@ func (n *Node) originate(now time.Time) {
 	if !n.orig.Due(now, links) {
 		return
 	}
-	ls := n.orig.Build(now, links)
-	b, err := buildLinkState(&ls)
-	if err != nil {
-		panic("control: own link state does not encode: " + err.Error())
-	}
-	for _, m := range n.sortedMembers() {
-		if m.state == StateAlive || m.state == StateJoining {
-			n.emit(m.addr, b)
+	for _, ls := range n.orig.Build(now, links) {
+		b, err := buildLinkState(&ls)
+		if err != nil {
+			panic("control: own link state does not encode: " + err.Error())
+		}
+		for _, m := range n.sortedMembers() {
+			if m.state == StateAlive || m.state == StateJoining {
+				n.emit(m.addr, b)
+			}
 		}
 	}
 }

@@ -121,3 +121,43 @@ func TestUpSinceAndFlapping(t *testing.T) {
 		t.Fatal("a link of an origin dropped 10 s ago and back is not flapping")
 	}
 }
+
+// A row longer than one message goes out as delta messages that together
+// carry every link, so that receivers hold the whole row (a message cut
+// short dropped the links beyond wire.MaxLinkEntries at every receiver);
+// a row that fits again is sent whole and replaces it.
+func TestLongRowSplit(t *testing.T) {
+	o := NewOriginator(DefaultOriginatorConfig(), 1, 1)
+	var links []Link
+	for to := wire.SiteID(2); to < 2+100; to++ {
+		links = append(links, Link{From: 1, To: to, Up: true, Delay: time.Duration(to) * time.Millisecond, RTT: 20 * time.Millisecond})
+	}
+	msgs := o.Build(t0, links)
+	if len(msgs) != 2 || len(msgs[0].Entries)+len(msgs[1].Entries) != 100 {
+		t.Fatalf("100 links in %d messages", len(msgs))
+	}
+	db := NewDB(time.Hour)
+	for i := range msgs {
+		if !msgs[i].Delta || msgs[i].Seq != uint32(i+1) {
+			t.Fatalf("message %d: delta %v, seq %d", i, msgs[i].Delta, msgs[i].Seq)
+		}
+		b, err := wire.AppendLinkState(nil, &msgs[i])
+		if err != nil || len(b) > 1400 {
+			t.Fatalf("message %d encodes to %d bytes: %v", i, len(b), err)
+		}
+		db.Apply(t0, &msgs[i])
+	}
+	for _, l := range links {
+		if got, ok := db.Link(1, l.To); !ok || got.Delay != l.Delay {
+			t.Fatalf("link 1->%d: held %v (%v), sent %v", l.To, got.Delay, ok, l.Delay)
+		}
+	}
+	short := o.Build(t0.Add(time.Second), links[:3])
+	if len(short) != 1 || short[0].Delta {
+		t.Fatalf("a row of 3 links: %d messages, delta %v", len(short), short[0].Delta)
+	}
+	db.Apply(t0.Add(time.Second), &short[0])
+	if _, ok := db.Link(1, links[50].To); ok {
+		t.Fatal("a whole row did not replace the long one")
+	}
+}

@@ -141,24 +141,20 @@ func (o *Originator) significant(p, l Link) bool {
 	return d >= o.cfg.LossChange || -d >= o.cfg.LossChange
 }
 
-// Build returns the next message carrying links and records it as sent.
-// Links beyond wire.MaxLinkEntries are left out (sorted by peer ID).
-func (o *Originator) Build(now time.Time, links []Link) wire.LinkState {
-	o.seq++
+// Build returns the next messages carrying links and records them as
+// sent. A row that fits in one message (wire.MaxLinkEntries links) is sent
+// whole, replacing what receivers hold. A longer one is split, sorted by
+// peer ID, into delta messages, each with its own sequence number, that
+// receivers apply entry by entry (as the delta scheme's rows are): a whole
+// row cut short would make every receiver drop the links beyond it, and
+// note them as gone down.
+func (o *Originator) Build(now time.Time, links []Link) []wire.LinkState {
 	o.lastAt = now
 	clear(o.last)
-	sorted := slices.Clone(links)
-	slices.SortFunc(sorted, func(a, b Link) int { return int(int64(a.To) - int64(b.To)) })
-	if len(sorted) > wire.MaxLinkEntries {
-		sorted = sorted[:wire.MaxLinkEntries]
-	}
-	ls := wire.LinkState{Origin: o.self, Incarnation: o.incarnation, Seq: o.seq,
-		Entries: make([]wire.LinkEntry, 0, len(sorted))}
-	for _, l := range sorted {
+	for _, l := range links {
 		o.last[l.To] = l
-		ls.Entries = append(ls.Entries, ToWire(l))
 	}
-	return ls
+	return o.chunks(links, len(links) > wire.MaxLinkEntries)
 }
 
 // Seq returns the sequence number of the last message built.
