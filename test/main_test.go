@@ -95,8 +95,9 @@ func sweep() {
 
 // timingTest skips a test whose assertion depends on the machine being
 // otherwise idle (zero reordering across 100 forced path switches, the
-// direction of the short ZooKeeper experiment): on a shared 2-core machine
-// they failed about one run in three. make bench runs them
+// direction of the short ZooKeeper experiment, speed comparisons of two
+// overlays or settings): on a shared 2-core machine
+// they failed often (one run in three for the first). make bench runs them
 // (DETOUR_TIMING_TESTS=1).
 func timingTest(t *testing.T) {
 	if os.Getenv("DETOUR_TIMING_TESTS") == "" {

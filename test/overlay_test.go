@@ -53,17 +53,6 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// benchOnly skips t unless DETOUR_BENCH=1: t compares speeds, which
-// belongs to the benchmarks (scripts/bench-edge.sh sets it), not to `make
-// test`, where other work on the same cores moves such comparisons more
-// than their margins.
-func benchOnly(t *testing.T) {
-	t.Helper()
-	if os.Getenv("DETOUR_BENCH") != "1" {
-		t.Skip("a speed comparison: run by scripts/bench-edge.sh (DETOUR_BENCH=1)")
-	}
-}
-
 // envFloat reads a number in (0, 1] from the environment, or def; any
 // other value fails t.
 func envFloat(t *testing.T, name string, def float64) float64 {
@@ -1104,7 +1093,7 @@ func (o *overlay) iperf(t *testing.T, a, b string, secs int) float64 {
 // DETOUR_OVERLAY_ROUNDS rounds, a testbed of their own per run, the order
 // alternating between rounds, and their medians compared.
 func TestOverlayThroughput(t *testing.T) {
-	benchOnly(t)
+	timingTest(t)
 	secs := envInt("DETOUR_IPERF_SECONDS", 3)
 	rounds := envInt("DETOUR_OVERLAY_ROUNDS", 3)
 	got := map[string][]float64{}

@@ -271,6 +271,7 @@ func (a *Agent) controlConfig() control.Config {
 	cfg.SuspectAfter = a.cfg.ProbeInterval * 5 / 2
 	cfg.DownAfter = 5 * a.cfg.ProbeInterval
 	cfg.Routing.MaxHops = a.cfg.MaxHops
+	cfg.Economy = a.cfg.Measurement == config.MeasurementEconomy
 	return cfg
 }
 

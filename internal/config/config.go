@@ -51,6 +51,12 @@ const (
 	maxPath          = 8 // wire.MaxPath; kept here to avoid an import cycle in tools
 )
 
+// The measurement schemes (Agent.Measurement).
+const (
+	MeasurementFull    = "full"
+	MeasurementEconomy = "economy"
+)
+
 // Agent is the configuration of one site's agent.
 type Agent struct {
 	// Site is this site's name, unique in the overlay.
@@ -98,6 +104,13 @@ type Agent struct {
 	// peers together; with more peers than it allows at ProbeInterval the
 	// interval (and failure detection) grows in proportion.
 	MaxProbeRate int `yaml:"max_probe_rate,omitempty"`
+	// Measurement is the measurement scheme: MeasurementFull (the
+	// default: every pair probed at the full rate, whole link-state rows)
+	// or MeasurementEconomy (links that carry or could carry a best path
+	// probed at the full rate and the others less often, link-state
+	// changes only, delays averaged over 10 s; docs/scaling.md). Every
+	// site of an overlay must use the same scheme.
+	Measurement string `yaml:"measurement,omitempty"`
 	// MaxHops is the largest number of underlay hops on a path (H).
 	MaxHops int `yaml:"max_hops,omitempty"`
 	// EgressRate is the site's total egress capacity shared by its
@@ -308,6 +321,9 @@ func (a *Agent) Validate() error {
 		pr.add("probe_interval", "%v is outside 10ms..5s", a.ProbeInterval)
 	} else if a.MaxProbeRate < 0 || time.Duration(a.MaxProbeRate)*a.ProbeInterval < time.Second {
 		pr.add("max_probe_rate", "%d/s does not allow even one peer every probe_interval (%v)", a.MaxProbeRate, a.ProbeInterval)
+	}
+	if a.Measurement != "" && a.Measurement != MeasurementFull && a.Measurement != MeasurementEconomy {
+		pr.add("measurement", "%q is neither %s nor %s", a.Measurement, MeasurementFull, MeasurementEconomy)
 	}
 	if a.UnderlayMTU != 0 && (a.UnderlayMTU < 576 || a.UnderlayMTU > 65535) {
 		pr.add("underlay_mtu", "%d is outside 576..65535", a.UnderlayMTU)

@@ -87,6 +87,7 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"hops", "site: a\nlisten: 198.18.0.1:1\nmax_hops: 12\n", "line 3: max_hops"},
 		{"probe rate below one peer", "site: a\nlisten: 198.18.0.1:1\nprobe_interval: 50ms\nmax_probe_rate: 10\n", "line 4: max_probe_rate: 10/s does not allow"},
 		{"negative probe rate", "site: a\nlisten: 198.18.0.1:1\nmax_probe_rate: -5\n", "line 3: max_probe_rate"},
+		{"unknown measurement scheme", "site: a\nlisten: 198.18.0.1:1\nmeasurement: cheap\n", `line 3: measurement: "cheap" is neither full nor economy`},
 		{"zero network id", "site: a\nlisten: 198.18.0.1:1\nnetworks:\n  - name: n\n    tap: t0\n", "networks[0].id: missing"},
 		{"long tap", "site: a\nlisten: 198.18.0.1:1\nnetworks:\n  - name: n\n    id: 4\n    tap: averyverylongtapname\n", "line 6: networks[0].tap"},
 		{"short queue", "site: a\nlisten: 198.18.0.1:1\nnetworks:\n  - name: n\n    id: 4\n    tap: t0\n    queue_len: 8\n", "line 7: networks[0].queue_len: 8 frames is outside 16..65536"},

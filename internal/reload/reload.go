@@ -120,6 +120,7 @@ func (p Plan) Err() error {
 var restartWhy = map[string]string{
 	"probe_interval":   "failure detection is set up at start",
 	"max_probe_rate":   "failure detection is set up at start",
+	"measurement":      "every site of an overlay must use the same scheme: change it on all of them and restart them",
 	"private_key_file": rotateWhy,
 	"private_key":      rotateWhy,
 }
