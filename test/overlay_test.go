@@ -537,7 +537,11 @@ func TestOverlayAzure16(t *testing.T) {
 	if v := os.Getenv("DETOUR_AZURE_LOSS"); v != "" { // e.g. 0.5 for 0.5 % on every link
 		scen = withLoss(t, scen, v)
 	}
-	o := upOverlay(t, scen, "--overlay", "detour")
+	args := []string{"--overlay", "detour"}
+	if m := os.Getenv("DETOUR_AZURE_MEASUREMENT"); m != "" { // economy: issue 22's scheme
+		args = append(args, "--measurement", m)
+	}
+	o := upOverlay(t, scen, args...)
 	n := len(o.st.Sites)
 	t.Logf("%s up in %.2f s", scen, o.upDur.Seconds())
 	// Converged: every site has a route to every other, 20 s and 48 probe

@@ -45,7 +45,9 @@ const testbedUsage = `usage: detour-lab testbed COMMAND [ARGS]
         routed, no Layer 2) are the peers the benchmarks compare, installed
         by scripts/install-peers.sh only; --ca runs the detour agents
         under an overlay CA (certificates, peers by address only);
-        --hold starts the named sites' agents only at restart-agent
+        --hold starts the named sites' agents only at restart-agent;
+        --measurement economy runs the agents with issue 22's cheaper
+        measurement scheme
   down                         remove every namespace, link and process
   status [--json]              what is up
   exec SITE[/HOST] [--gateway] -- CMD...
@@ -165,6 +167,7 @@ func tbUp(args []string, stdout, stderr io.Writer) error {
 	prefix := fs.String("prefix", envOr("DETOUR_TESTBED_PREFIX", testbed.DefaultPrefix), "prefix of namespace names")
 	caTrust := fs.Bool("ca", false, "with --overlay detour: admit sites by certificates of an overlay CA the testbed makes (keys, certificates and the CA key in STATE/detour) instead of explicit key lists")
 	hold := fs.String("hold", "", "comma-separated sites whose agents are configured but not started, and not named in the others' configurations; start one later with restart-agent SITE, as a site joining")
+	measurement := fs.String("measurement", "", "with --overlay detour: the agents' measurement scheme, full or economy (default: the agent's, full)")
 	detour := detourFlag(fs)
 	pos, _, err := parseArgs(fs, args)
 	if err != nil {
@@ -183,7 +186,7 @@ func tbUp(args []string, stdout, stderr io.Writer) error {
 	st, err := testbed.Up(ctx, testbed.Options{
 		Scenario: pos[0], Overlay: *overlay, Underlay: *underlay, UnderlayMTU: *mtu, HostMTU: *hostMTU, StateDir: *state,
 		Prefix: *prefix, Self: self, Detour: *detour, Log: stderr, UnderlayIPv6: *ipv6,
-		CA: *caTrust, Hold: splitList(*hold),
+		CA: *caTrust, Hold: splitList(*hold), Measurement: *measurement,
 	})
 	if err != nil {
 		return err

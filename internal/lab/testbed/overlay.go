@@ -334,6 +334,7 @@ func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.Priv
 		}},
 		TestClockOffset: sc.Sites[i].ClockOffset.D(),
 		MaxProbeRate:    testbedProbeRate(len(st.Sites)),
+		Measurement:     o.Measurement,
 	}
 	switch {
 	case o.CA:

@@ -108,5 +108,19 @@ func validHold(o *Options, sc *scenario.Scenario) error {
 	return nil
 }
 
+// validMeasurement checks Options.Measurement: a scheme the agent knows,
+// on a detour overlay.
+func validMeasurement(o *Options) error {
+	switch {
+	case o.Measurement == "":
+		return nil
+	case o.Measurement != config.MeasurementFull && o.Measurement != config.MeasurementEconomy:
+		return fmt.Errorf("--measurement %q: want %s or %s", o.Measurement, config.MeasurementFull, config.MeasurementEconomy)
+	case !usesDetour(o.Overlay):
+		return fmt.Errorf("--measurement needs a detour overlay, not %q", o.Overlay)
+	}
+	return nil
+}
+
 // held reports whether site's agent waits for restart-agent.
 func (st *State) held(site string) bool { return slices.Contains(st.Held, site) }

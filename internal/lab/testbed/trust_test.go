@@ -91,3 +91,19 @@ func TestHoldRefused(t *testing.T) {
 		t.Errorf("--ca over detour-plain: %v", err)
 	}
 }
+
+// --measurement takes the agent's schemes, on detour overlays only.
+func TestValidMeasurement(t *testing.T) {
+	for _, c := range []struct {
+		overlay, scheme string
+		ok              bool
+	}{
+		{"detour", "", true}, {"detour", "economy", true}, {"detour-plain", "full", true},
+		{"detour", "cheap", false}, {"tinc", "economy", false}, {"none", "", true},
+	} {
+		err := validMeasurement(&Options{Overlay: c.overlay, Measurement: c.scheme})
+		if (err == nil) != c.ok {
+			t.Errorf("--overlay %s --measurement %q: %v, want ok %v", c.overlay, c.scheme, err, c.ok)
+		}
+	}
+}

@@ -54,6 +54,9 @@ type Options struct {
 	// other sites' configurations do not mention them, so with CA they
 	// join with nothing changed at the others.
 	Hold []string
+	// Measurement sets the detour agents' measurement scheme
+	// (config.Agent.Measurement); empty leaves the agents' default.
+	Measurement string
 	// peers holds the paths of a peer overlay's programs, by name.
 	peers map[string]string
 }
@@ -121,6 +124,9 @@ func (o *Options) Validate() (*scenario.Scenario, error) {
 			return nil, fmt.Errorf("--underlay-mtu %d is outside %d..%d", o.UnderlayMTU, scenario.MinMTU, scenario.MaxMTU)
 		}
 		sc.UnderlayMTU = o.UnderlayMTU
+	}
+	if err := validMeasurement(o); err != nil {
+		return nil, err
 	}
 	if err := validHold(o, sc); err != nil {
 		return nil, err
