@@ -13,9 +13,12 @@ import (
 // Defaults of the bulk section (docs/bulk.md explains the choices).
 const (
 	// DefaultBulkThreshold is how many bytes a flow sends before it is
-	// bulk: 10 MB is four seconds of a 20 Mbit/s link, far more than a
-	// request, a reply or a ZooKeeper session's traffic in minutes, and
-	// far less than a backup copy or a replica's catch-up.
+	// bulk: 10 MB is far more than a request or a reply, far less than a
+	// backup copy or a replica's catch-up, and, with the count halving
+	// every 10 s, takes a sustained 4 Mbit/s or more. On a path narrower
+	// than about 50 Mbit/s it is sent slowly enough to fill that path's
+	// queue first: a lower threshold or DSCP marks serve better there
+	// (docs/bulk.md).
 	DefaultBulkThreshold = Size(10_000_000)
 	// DefaultBulkBound and DefaultBulkBoundFraction: a bulk path may be
 	// max(10 ms, 25 % of the fastest path's round trip) slower than the
@@ -47,7 +50,10 @@ const (
 type Bulk struct {
 	// Enabled turns flow classes on (the default) or off (nil: on).
 	Enabled *bool `yaml:"enabled,omitempty"`
-	// Threshold is the bytes a flow sends before it is bulk.
+	// Threshold is the bytes a flow sends before it is bulk. The data
+	// path's count of a flow's bytes halves every 10 s, so a flow must
+	// send them at more than about Threshold / 20 s on average: a
+	// long-lived connection of small requests never becomes bulk.
 	Threshold Size `yaml:"threshold,omitempty"`
 	// DSCP lists the DSCP values (0..63) that make a flow bulk at once.
 	DSCP []int `yaml:"dscp,omitempty"`

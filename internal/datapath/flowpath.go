@@ -60,14 +60,13 @@ func (g *egress) classify(dst wire.SiteID, fr []byte) *egressFlow {
 		g.e.stats.flowEnded(f.bulk)
 		fallthrough
 	case slotFree:
-		f.reset(dst)
+		f.reset(dst, g.now)
 		st.flowsLatency.Add(1)
 	}
 	if f.dst != dst { // the host moved: the flow starts over on its new route
 		f.dst, f.sent, f.pinned = dst, false, false
 	}
-	f.bytes += n
-	if !f.bulk && (f.bytes > cfg.Threshold || cfg.DSCP&(1<<dscp) != 0) {
+	if !f.bulk && (f.count(n, g.now) > cfg.Threshold || cfg.DSCP&(1<<dscp) != 0) {
 		f.bulk = true
 		st.flowsLatency.Add(-1)
 		st.flowsBulk.Add(1)

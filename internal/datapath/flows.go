@@ -15,7 +15,11 @@ import (
 // which counts the bytes the flow sent. A flow is in the latency class
 // until it has sent more than FlowConfig.Threshold bytes or one of its
 // packets carries a DSCP of FlowConfig.DSCP; it is then bulk for the rest
-// of its life. Latency flows, and all traffic that is not a TCP or UDP
+// of its life. The count halves every flowHalfLife, so that a
+// long-lived connection carrying small requests (a ZooKeeper session,
+// 10 KB/s for hours) never adds up to the threshold: a flow must send
+// Threshold bytes within a few half-lives, that is at more than about
+// Threshold / (2 × flowHalfLife) on average. Latency flows, and all traffic that is not a TCP or UDP
 // flow, take Route.Path. A bulk flow takes Route.Bulk.Path when the route
 // has one, and keeps the path it was given for as long as it lives, as
 // long as the routing table still offers that path (as Path or as
@@ -43,6 +47,9 @@ const (
 // enough for a TCP connection's retransmission backoff of a few seconds,
 // short enough that ports are rarely reused within it.
 const DefaultFlowIdle = 15 * time.Second
+
+// flowHalfLife is how often a flow's byte count halves.
+const flowHalfLife = int64(10 * time.Second)
 
 // DefaultBulkThreshold is the default of FlowConfig.Threshold: 10 MB,
 // four seconds of a 20 Mbit/s link (docs/bulk.md).
@@ -136,7 +143,8 @@ func (t *flowTable[K, V]) get(k *K, h uint64, now, idle int64) (*flowSlot[K, V],
 // egressFlow is the state of one flow a device loop forwards.
 type egressFlow struct {
 	dst   wire.SiteID
-	bytes uint64
+	bytes uint64 // bytes sent, halved every flowHalfLife since epoch
+	epoch int64  // when the count last halved (or the flow began)
 	bulk  bool
 	// sent is true once a packet went out; path, pathLen, delay and
 	// lastSent then describe the last one.
@@ -154,9 +162,22 @@ type egressFlow struct {
 	hold *holdQueue
 }
 
-// reset makes f the state of a new flow to dst, keeping its hold queue.
-func (f *egressFlow) reset(dst wire.SiteID) {
-	*f = egressFlow{dst: dst, hold: f.hold}
+// reset makes f the state of a new flow to dst begun at now, keeping its
+// hold queue.
+func (f *egressFlow) reset(dst wire.SiteID, now int64) {
+	*f = egressFlow{dst: dst, epoch: now, hold: f.hold}
+}
+
+// count adds n bytes sent at now to the flow's decaying count and
+// returns it.
+func (f *egressFlow) count(n uint64, now int64) uint64 {
+	if age := now - f.epoch; age >= flowHalfLife {
+		halvings := age / flowHalfLife
+		f.bytes >>= min(halvings, 63)
+		f.epoch += halvings * flowHalfLife
+	}
+	f.bytes += n
+	return f.bytes
 }
 
 // onPath reports whether the flow's last packet went on p.

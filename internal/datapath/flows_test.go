@@ -319,3 +319,30 @@ func TestIngressFlowOrderDoesNotAllocate(t *testing.T) {
 		t.Errorf("frames were not delivered in order: %v", e.stats.Snapshot())
 	}
 }
+
+func TestFlowByteCountHalvesSoSlowFlowsStayLatency(t *testing.T) {
+	var f egressFlow
+	f.reset(3, 0)
+	sec := int64(time.Second)
+	// 100 KB a second for ten minutes: a chatty connection.
+	var peak uint64
+	for s := int64(0); s < 600; s++ {
+		peak = max(peak, f.count(100_000, s*sec))
+	}
+	if peak > 2_100_000 || peak < 1_000_000 {
+		t.Errorf("a flow of 100 KB/s peaks at %d bytes; want about 2 MB (twice 10 s of it)", peak)
+	}
+	// A transfer sends 10 MB in four seconds: counted in full.
+	f.reset(3, 0)
+	var n uint64
+	for ms := int64(0); ms < 4000; ms++ {
+		n = f.count(2500, ms*int64(time.Millisecond))
+	}
+	if n != 10_000_000 {
+		t.Errorf("a 4 s transfer counts %d bytes, want 10 MB", n)
+	}
+	// Long silence empties the count without overflowing the shift.
+	if n := f.count(1, 1000*sec*sec); n != 1 {
+		t.Errorf("after a long silence the count is %d", n)
+	}
+}

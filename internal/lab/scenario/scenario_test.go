@@ -224,6 +224,23 @@ func TestNarrowRelayHasTheFastPathNarrow(t *testing.T) {
 	}
 }
 
+// scenarios/narrow-relay-10mb.yaml is narrow-relay with the default bulk
+// threshold.
+func TestNarrowRelay10MBDiffersOnlyInThreshold(t *testing.T) {
+	s, err := Load(filepath.Join("..", "..", "..", "scenarios", "narrow-relay-10mb.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := Load("narrow-relay")
+	if s.Bulk == nil || s.Bulk.Threshold != 10_000_000 || n.Bulk == nil || n.Bulk.Threshold != 1_000_000 {
+		t.Fatalf("thresholds %+v and %+v", s.Bulk, n.Bulk)
+	}
+	w, e := s.SiteIndex("West"), s.SiteIndex("East")
+	if s.Link(w, e) != n.Link(w, e) || len(s.Sites) != len(n.Sites) {
+		t.Error("the links differ from narrow-relay's")
+	}
+}
+
 func TestAzureTakesEachDirectionFromItsOwnRow(t *testing.T) {
 	s, err := Azure(54)
 	if err != nil {
