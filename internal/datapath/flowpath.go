@@ -135,14 +135,26 @@ func (g *egress) bulkPath(b *routing.BulkPath) (netip.AddrPort, time.Duration, b
 }
 
 // moveFlow records that the packet in g.hdr of flow f goes on g.hdr's
-// path, of delay delay, and, when that is a move to a shorter path, holds
-// the flow's packets until the delay difference has passed since its last
-// packet on the old path. A flow leaving Route.Path while the
-// destination's own hold is active (d.hold) also waits for that hold's
-// end, since its earlier packets may be in it.
+// path, of delay delay (on Route.Path when main is true), and, when that
+// is a move to a shorter path, holds the flow's packets until the delay
+// difference has passed since its last packet on the old path. A flow
+// that was on Route.Path and still is follows a route switch, which the
+// destination's own hold (d.hold, with the exact difference measured at
+// the switch) already covers: only moves to or from a bulk path are the
+// flow's own. A flow leaving Route.Path while the destination's hold is
+// active also waits for that hold's end, since its earlier packets may
+// be in it.
 func (g *egress) moveFlow(d *dest, f *egressFlow, main bool, delay time.Duration) {
 	p := g.hdr.Path[:g.hdr.PathLen]
-	if f.sent && !f.onPath(p) {
+	switch {
+	case !f.sent:
+		f.pathLen = uint8(copy(f.path[:], p))
+	case !f.onPath(p):
+		g.e.stats.FlowMoves.Add(1)
+		f.pathLen = uint8(copy(f.path[:], p))
+		if main && f.onMain {
+			break
+		}
 		var until int64
 		if gain := f.delay - delay; gain > 0 {
 			until = f.lastSent + int64(gain+flowHoldMargin)
@@ -158,10 +170,6 @@ func (g *egress) moveFlow(d *dest, f *egressFlow, main bool, delay time.Duration
 			f.hold.start(g.e, g.now, until)
 			g.e.stats.FlowHolds.Add(1)
 		}
-		g.e.stats.FlowMoves.Add(1)
-		f.pathLen = uint8(copy(f.path[:], p))
-	} else if !f.sent {
-		f.pathLen = uint8(copy(f.path[:], p))
 	}
-	f.sent, f.delay, f.lastSent = true, delay, g.now
+	f.sent, f.onMain, f.delay, f.lastSent = true, main, delay, g.now
 }

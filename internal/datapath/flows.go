@@ -146,9 +146,10 @@ type egressFlow struct {
 	bytes uint64 // bytes sent, halved every flowHalfLife since epoch
 	epoch int64  // when the count last halved (or the flow began)
 	bulk  bool
-	// sent is true once a packet went out; path, pathLen, delay and
-	// lastSent then describe the last one.
+	// sent is true once a packet went out; path, pathLen, onMain (on
+	// Route.Path), delay and lastSent then describe the last one.
 	sent     bool
+	onMain   bool
 	path     [wire.MaxPath]wire.SiteID
 	pathLen  uint8
 	delay    time.Duration // offset-shifted delay of path, as last known

@@ -346,3 +346,27 @@ func TestFlowByteCountHalvesSoSlowFlowsStayLatency(t *testing.T) {
 		t.Errorf("after a long silence the count is %d", n)
 	}
 }
+
+// A bulk flow without a bulk path rides Route.Path; when the route
+// switches to a shorter path, the destination's hold (with the difference
+// measured at the switch, PrevDelay) decides alone, not the flow's own
+// older estimate of its path's delay.
+func TestFlowOnRoutePathFollowsTheDestinationsHold(t *testing.T) {
+	e, g, rc := holdEngine()
+	e.SetFlowConfig(FlowConfig{Enabled: true, Threshold: 0})
+	fr := flowFrame(5001, 0, 200)
+	bulkRoutes(e, 1, []wire.SiteID{3}, 30*time.Millisecond, nil, 0) // an estimate older than the queue
+	firstHops(t, g, rc, fr, 2)
+	last := time.Now()
+	addrs := map[wire.SiteID]netip.AddrPort{2: addr2, 3: addr3}
+	e.SetRoutes(routing.NewTable(2, 1, []*routing.Route{{Dest: 3, Path: []wire.SiteID{2, 3}, FirstHop: addr2,
+		Delay: 25 * time.Millisecond, PrevPath: []wire.SiteID{3}, PrevDelay: 45 * time.Millisecond}}, addrs))
+	sendFrame(g, fr)
+	p := <-rc.sent
+	if p.to != addr2 || p.at.Sub(last) < 20*time.Millisecond {
+		t.Errorf("sent to %v after %v; the route switch's gain is 20 ms", p.to, p.at.Sub(last))
+	}
+	if s := e.Stats(); s.FlowHolds.Load() != 0 || s.Holds.Load() != 1 || s.FlowMoves.Load() != 1 {
+		t.Errorf("flow holds %d, holds %d, moves %d; want 0, 1, 1", s.FlowHolds.Load(), s.Holds.Load(), s.FlowMoves.Load())
+	}
+}
