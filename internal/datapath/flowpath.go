@@ -14,6 +14,18 @@ import (
 // switch: it covers the error of the two paths' delay estimates.
 const flowHoldMargin = 500 * time.Microsecond
 
+// flowQueueAllowance is the least a flow moving between Route.Path and a
+// bulk path is held for, whichever is shorter by estimate: the queue the
+// flow may have built on the path it leaves. A flow becomes bulk by
+// sending much, so it leaves the fastest path just when its own packets
+// fill that path's queue, and the delay estimates in the table (made
+// before the queue grew, and filtered against queueing) do not show it:
+// on the narrow-relay testbed, moving without this wait reordered
+// hundreds of frames per class change. 100 ms covers the queues of
+// common WAN links; the price is one pause of 100 ms per move of a flow
+// that moves at most a few times in its life.
+const flowQueueAllowance = 100 * time.Millisecond
+
 // SetFlowConfig sets the flow classes' configuration; the device loops
 // apply it from their next frame.
 func (e *Engine) SetFlowConfig(c FlowConfig) { e.flowCfg.Store(&c) }
@@ -136,8 +148,9 @@ func (g *egress) bulkPath(b *routing.BulkPath) (netip.AddrPort, time.Duration, b
 
 // moveFlow records that the packet in g.hdr of flow f goes on g.hdr's
 // path, of delay delay (on Route.Path when main is true), and, when that
-// is a move to a shorter path, holds the flow's packets until the delay
-// difference has passed since its last packet on the old path. A flow
+// is a move, holds the flow's packets until the delay difference (plus a
+// margin), and at least flowQueueAllowance, has passed since its last
+// packet on the old path; a flow silent for longer moves at once. A flow
 // that was on Route.Path and still is follows a route switch, which the
 // destination's own hold (d.hold, with the exact difference measured at
 // the switch) already covers: only moves to or from a bulk path are the
@@ -155,10 +168,7 @@ func (g *egress) moveFlow(d *dest, f *egressFlow, main bool, delay time.Duration
 		if main && f.onMain {
 			break
 		}
-		var until int64
-		if gain := f.delay - delay; gain > 0 {
-			until = f.lastSent + int64(gain+flowHoldMargin)
-		}
+		until := f.lastSent + int64(max(f.delay-delay+flowHoldMargin, flowQueueAllowance))
 		if !main {
 			until = max(until, d.hold.deadline())
 		}

@@ -22,7 +22,7 @@ type Stats struct {
 	Shaped          atomic.Uint64 // device batches delayed by a rate limit
 	Reordered       atomic.Uint64 // data packets that arrived after a later one from the same source
 	SeqGaps         atomic.Uint64 // sequence numbers skipped (lost packets, unless they arrive later as reordered)
-	Holds           atomic.Uint64 // switches to a shorter path that held packets back
+	Holds           atomic.Uint64 // switches to a shorter path that held packets back (flow_holds included)
 	Held            atomic.Uint64 // packets held back during such switches
 	HoldsLate       atomic.Uint64 // holds released more than 1 ms after their deadline
 	IngressLate     atomic.Uint64 // underlay batches done more than 1 ms after the kernel received them
@@ -38,7 +38,7 @@ type Stats struct {
 	BulkBytes      atomic.Uint64
 	ClassChanges   atomic.Uint64 // flows that became bulk after they started
 	FlowMoves      atomic.Uint64 // times a flow's packets went on another path than its previous packet's
-	FlowHolds      atomic.Uint64 // of those, moves to a shorter path that held the flow's packets
+	FlowHolds      atomic.Uint64 // of those, moves that held the flow's packets
 	FlowRepaths    atomic.Uint64 // bulk flows whose path died or was withdrawn
 	FlowsUntracked atomic.Uint64 // frames of flows that found the flow table's set full
 	FlowReordered  atomic.Uint64 // frames delivered here after a later frame of the same flow and source
