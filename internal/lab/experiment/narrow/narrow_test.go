@@ -97,19 +97,19 @@ func TestSummarizeAndTable(t *testing.T) {
 	r := OverlayResult{Overlay: "detour", ThroughputMbps: 150, Idle: []float64{20, 20, 21}, Load: []float64{70, 70, 21, 21, 21},
 		LoadAtS: []float64{0, 1, 4, 5, 6}, ChangeAtS: 3.5,
 		Counters: map[string]map[string]uint64{
-			West: {"class_changes": 1, "control_out_bytes_probe": 1000, "control_out_bytes_train": 500, "bulk_frames": 9},
+			West: {"class_changes": 1, "control_out_bytes_probe": 1000, "control_out_bytes_probe-reply": 500, "probe_bytes": 300, "bulk_frames": 9},
 			East: {"flow_reordered": 0, "control_out_bytes_probe": 900},
 		},
-		Totals: map[string]map[string]uint64{West: {"control_out_bytes_probe": 5000}}}
+		Totals: map[string]map[string]uint64{West: {"probe_bytes": 5000}, East: {"probe_bytes": 4000}}}
 	s := r.Summarize()
-	if s.Times != 7.5 || s.IdleP50 != 20 || s.LoadP50 != 21 || s.AfterP50 != 21 || s.Reordered != 0 || s.ProbeBytes != 2400 {
+	if s.Times != 7.5 || s.IdleP50 != 20 || s.LoadP50 != 21 || s.AfterP50 != 21 || s.Reordered != 0 || s.PingDuring != 2400 || s.ProbeBytes != 9000 || s.ProbeDuring != 300 {
 		t.Errorf("summary %+v", s)
 	}
 	res := &Result{Overlays: []OverlayResult{{Overlay: "vxlan", ThroughputMbps: 19, Idle: []float64{20}, Load: []float64{70}, ChangeAtS: -1}, r}}
 	var b bytes.Buffer
 	res.WriteTable(&b)
 	out := b.String()
-	for _, want := range []string{"| vxlan | 19.0 | 0.9 | 20.00 | 70.00 | +250 % |", "| – | 0 | – | – |", "| detour | 150.0 | 7.5 |", "| 21.00 | 0 | 0 | 2400 |", "West: bulk_frames=9 class_changes=1"} {
+	for _, want := range []string{"| vxlan | 19.0 | 0.9 | 20.00 | 70.00 | +250 % |", "| – | 0 | – | – | – |", "| detour | 150.0 | 7.5 |", "| 21.00 | 0 | 0 | 9000 / 300 | 2400 |", "West: bulk_frames=9 class_changes=1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

@@ -39,9 +39,14 @@ type Summary struct {
 	// Reordered is the frames of a flow East's gateway received out of
 	// order during the transfer, -1 when not measured (not detour).
 	Reordered int64
-	// ProbeBytes is the bytes of probes and trains every agent sent
-	// during the transfer, -1 when not measured.
-	ProbeBytes int64
+	// ProbeBytes is what the agents' probe_bytes counters (the
+	// throughput measurement's budget: packet trains) add up to over the
+	// whole run, and ProbeDuring during the transfer; -1 when the agents
+	// have no such counter (or are not detour's).
+	ProbeBytes, ProbeDuring int64
+	// PingDuring is the bytes of latency probes and their replies every
+	// agent sent during the transfer, -1 when not measured.
+	PingDuring int64
 }
 
 // Summarize computes an overlay's row.
@@ -49,7 +54,7 @@ func (r *OverlayResult) Summarize() Summary {
 	s := Summary{Overlay: r.Overlay, ThroughputMbps: r.ThroughputMbps, Times: r.ThroughputMbps / NarrowMbps,
 		IdleP50: percentileMs(r.Idle, 50), LoadP50: percentileMs(r.Load, 50),
 		IdleP95: percentileMs(r.Idle, 95), LoadP95: percentileMs(r.Load, 95),
-		Retransmits: r.Retransmits, Reordered: -1, ProbeBytes: -1}
+		Retransmits: r.Retransmits, Reordered: -1, ProbeBytes: -1, ProbeDuring: -1, PingDuring: -1}
 	if s.IdleP50 > 0 {
 		s.Change = s.LoadP50/s.IdleP50 - 1
 	}
@@ -64,13 +69,19 @@ func (r *OverlayResult) Summarize() Summary {
 	}
 	if r.Counters != nil {
 		s.Reordered = int64(r.Counters[East]["flow_reordered"])
-		s.ProbeBytes = 0
+		s.PingDuring = 0
 		for _, cs := range r.Counters {
 			for k, v := range cs {
-				if strings.HasPrefix(k, "control_out_bytes_") && probeCounter(k) {
-					s.ProbeBytes += int64(v)
+				if strings.HasPrefix(k, "control_out_bytes_probe") {
+					s.PingDuring += int64(v)
 				}
 			}
+		}
+	}
+	for site, cs := range r.Totals {
+		if v, ok := cs["probe_bytes"]; ok {
+			s.ProbeBytes = max(s.ProbeBytes, 0) + int64(v)
+			s.ProbeDuring = max(s.ProbeDuring, 0) + int64(r.Counters[site]["probe_bytes"])
 		}
 	}
 	return s
@@ -78,11 +89,11 @@ func (r *OverlayResult) Summarize() Summary {
 
 // WriteTable prints the summary as a Markdown table.
 func (res *Result) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "| overlay | bulk Mbit/s | × %d Mbit/s | stream p50 idle ms | p50 during ms | change | p95 idle / during ms | p50 after class change ms | TCP retransmits | reordered at East | probe bytes during |\n", NarrowMbps)
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "| overlay | bulk Mbit/s | × %d Mbit/s | stream p50 idle ms | p50 during ms | change | p95 idle / during ms | p50 after class change ms | TCP retransmits | reordered at East | probe bytes run / during | latency probe bytes during |\n", NarrowMbps)
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for i := range res.Overlays {
 		s := res.Overlays[i].Summarize()
-		after, reord, probe := "–", "–", "–"
+		after, reord, probe, ping := "–", "–", "–", "–"
 		if s.AfterP50 > 0 {
 			after = fmt.Sprintf("%.2f", s.AfterP50)
 		}
@@ -90,10 +101,13 @@ func (res *Result) WriteTable(w io.Writer) {
 			reord = fmt.Sprint(s.Reordered)
 		}
 		if s.ProbeBytes >= 0 {
-			probe = fmt.Sprint(s.ProbeBytes)
+			probe = fmt.Sprintf("%d / %d", s.ProbeBytes, s.ProbeDuring)
 		}
-		fmt.Fprintf(w, "| %s | %.1f | %.1f | %.2f | %.2f | %+.0f %% | %.2f / %.2f | %s | %d | %s | %s |\n",
-			s.Overlay, s.ThroughputMbps, s.Times, s.IdleP50, s.LoadP50, 100*s.Change, s.IdleP95, s.LoadP95, after, s.Retransmits, reord, probe)
+		if s.PingDuring >= 0 {
+			ping = fmt.Sprint(s.PingDuring)
+		}
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %.2f | %.2f | %+.0f %% | %.2f / %.2f | %s | %d | %s | %s | %s |\n",
+			s.Overlay, s.ThroughputMbps, s.Times, s.IdleP50, s.LoadP50, 100*s.Change, s.IdleP95, s.LoadP95, after, s.Retransmits, reord, probe, ping)
 	}
 	for i := range res.Overlays {
 		r := &res.Overlays[i]
