@@ -98,6 +98,9 @@ type OverlayResult struct {
 	Load      []float64 `json:"load_ms"`
 	LoadAtS   []float64 `json:"load_at_s"`
 	ChangeAtS float64   `json:"class_change_at_s"`
+	// Timeline is West's route to East and flow counters during the
+	// transfer, at every change (detour only).
+	Timeline []Change `json:"timeline,omitempty"`
 	// Counters are, per site, the agents' counters that changed during
 	// the transfer (detour only); Totals the counters of probes, trains
 	// and flow classes at the end of the run.
@@ -270,14 +273,15 @@ func (x *run) transfer(ctx context.Context, conn net.Conn, west, east testbed.Ho
 		ch <- streamed{s, err}
 	}()
 	start := time.Now()
-	watched := make(chan float64, 1)
-	go x.watchClassChange(loadCtx, start, before, watched)
+	seen := make(chan watched, 1)
+	go x.watch(loadCtx, start, before, seen)
 	x.logf("iperf3 West→East for %v", x.cfg.Transfer)
 	secs := strconv.Itoa(int(x.cfg.Transfer / time.Second))
 	out, err := nsnet.Command(west.NS, "iperf3", "-c", east.Addr, "-p", strconv.Itoa(iperfPort), "-t", secs, "-J").Output()
 	stop()
 	got := <-ch
-	r.ChangeAtS = <-watched
+	w := <-seen
+	r.ChangeAtS, r.Timeline = w.changeAt, w.changes
 	ip, perr := parseIperf(out)
 	if err != nil && perr != nil {
 		return fmt.Errorf("iperf3 client: %w: %v", err, perr)
@@ -302,12 +306,24 @@ func (x *run) transfer(ctx context.Context, conn net.Conn, west, east testbed.Ho
 	return nil
 }
 
-// watchClassChange polls West's agent every 250 ms until ctx ends and
-// sends when (s after start) its class_changes counter first exceeded
-// its value in before, or -1.
-func (x *run) watchClassChange(ctx context.Context, start time.Time, before map[string]map[string]uint64, out chan<- float64) {
-	at := -1.0
-	defer func() { out <- at }()
+// Change is a moment of West's view during the transfer: its route to
+// East (path and bulk path) and its flow counters, recorded whenever they
+// differ from the previous poll.
+type Change struct {
+	AtS          float64  `json:"at_s"`
+	Path         []string `json:"path"`
+	Bulk         []string `json:"bulk,omitempty"`
+	ClassChanges uint64   `json:"class_changes"`
+	Repaths      uint64   `json:"flow_repaths"`
+	Moves        uint64   `json:"flow_moves"`
+}
+
+// watch polls West's agent every 250 ms until ctx ends, records its
+// changes, and sends them and when (s after start) its class_changes
+// counter first exceeded its value in before (or -1).
+func (x *run) watch(ctx context.Context, start time.Time, before map[string]map[string]uint64, out chan<- watched) {
+	w := watched{changeAt: -1}
+	defer func() { out <- w }()
 	if x.agents == nil {
 		return
 	}
@@ -319,12 +335,50 @@ func (x *run) watchClassChange(ctx context.Context, start time.Time, before map[
 			return
 		case <-t.C:
 		}
-		var s api.Status
-		if x.agents[West].Get("/v1/status", &s) == nil && s.Counters["class_changes"] > before[West]["class_changes"] {
-			at = time.Since(start).Seconds()
-			return
+		var st api.Status
+		var routes []routeView
+		if x.agents[West].Get("/v1/status", &st) != nil || x.agents[West].Get("/v1/routes", &routes) != nil {
+			continue
+		}
+		c := Change{AtS: time.Since(start).Seconds(), ClassChanges: st.Counters["class_changes"] - before[West]["class_changes"],
+			Repaths: st.Counters["flow_repaths"] - before[West]["flow_repaths"], Moves: st.Counters["flow_moves"] - before[West]["flow_moves"]}
+		for _, r := range routes {
+			if r.Dest == East {
+				c.Path = r.Path
+				if r.Bulk != nil {
+					c.Bulk = r.Bulk.Path
+				}
+			}
+		}
+		if w.changeAt < 0 && c.ClassChanges > 0 {
+			w.changeAt = c.AtS
+		}
+		if n := len(w.changes); n == 0 || !sameView(w.changes[n-1], c) {
+			w.changes = append(w.changes, c)
 		}
 	}
+}
+
+// watched is what watch saw.
+type watched struct {
+	changeAt float64
+	changes  []Change
+}
+
+// routeView is the part of a route of /v1/routes that watch reads; the
+// bulk path is there when the agent computes one.
+type routeView struct {
+	Dest string   `json:"dest"`
+	Path []string `json:"path"`
+	Bulk *struct {
+		Path []string `json:"path"`
+	} `json:"bulk"`
+}
+
+// sameView reports whether two polls saw the same paths and counters.
+func sameView(a, b Change) bool {
+	return strings.Join(a.Path, ",") == strings.Join(b.Path, ",") && strings.Join(a.Bulk, ",") == strings.Join(b.Bulk, ",") &&
+		a.ClassChanges == b.ClassChanges && a.Repaths == b.Repaths && a.Moves == b.Moves
 }
 
 // counters reads every agent's counters (nil without agents).

@@ -118,6 +118,10 @@ func (res *Result) WriteTable(w io.Writer) {
 		for _, site := range []string{West, Relay, East} {
 			fmt.Fprintf(w, "  %s: %s\n", site, pick(r.Counters[site], func(k string) bool { return classCounter(k) || probeCounter(k) }))
 		}
+		fmt.Fprintf(w, "%s, West's route to East during the transfer:\n", r.Overlay)
+		for _, c := range r.Timeline {
+			fmt.Fprintf(w, "  %5.2f s  path %v  bulk %v  class changes %d, moves %d, repaths %d\n", c.AtS, c.Path, c.Bulk, c.ClassChanges, c.Moves, c.Repaths)
+		}
 		fmt.Fprintf(w, "%s, measurement counters over the whole run:\n", r.Overlay)
 		for _, site := range []string{West, Relay, East} {
 			fmt.Fprintf(w, "  %s: %s\n", site, pick(r.Totals[site], probeCounter))
