@@ -42,7 +42,8 @@ func (g *egress) classify(dst wire.SiteID, fr []byte) *egressFlow {
 	st := &g.e.stats
 	if !cfg.Enabled {
 		if g.flows != nil {
-			g.sweep(-1) // every flow ends
+			g.sweep(-1) // every flow ends, once
+			g.flows = nil
 		}
 		return nil
 	}

@@ -19,15 +19,17 @@ import (
 // long-lived connection carrying small requests (a ZooKeeper session,
 // 10 KB/s for hours) never adds up to the threshold: a flow must send
 // Threshold bytes within a few half-lives, that is at more than about
-// Threshold / (2 × flowHalfLife) on average. Latency flows, and all traffic that is not a TCP or UDP
-// flow, take Route.Path. A bulk flow takes Route.Bulk.Path when the route
-// has one, and keeps the path it was given for as long as it lives, as
+// Threshold / (2 × flowHalfLife) on average. Latency flows, and all
+// traffic that is not a TCP or UDP flow, take Route.Path. A bulk flow
+// takes Route.Bulk.Path when the route has one, and keeps the path it was given for as long as it lives, as
 // long as the routing table still offers that path (as Path or as
 // Bulk.Path) to the destination; a path that died or was withdrawn is no
 // longer offered, and the flow then moves to the path of its class. A
-// move to a shorter path holds the flow's packets for the delay
-// difference (hold.go), so no packet of the flow overtakes an earlier
-// one. docs/bulk.md has the design and the figures.
+// move between Route.Path and a bulk path holds the flow's packets for
+// the delay difference, and at least for the queue the flow may have
+// built on the path it leaves (flowpath.go, hold.go), so no packet of
+// the flow overtakes an earlier one. docs/bulk.md has the design and the
+// figures.
 //
 // The table is a set-associative cache: flowSets sets of flowWays slots,
 // the set chosen by a seeded hash of the key. A flow idle for longer than

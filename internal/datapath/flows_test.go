@@ -374,3 +374,19 @@ func TestFlowOnRoutePathFollowsTheDestinationsHold(t *testing.T) {
 		t.Errorf("flow holds %d, holds %d, moves %d; want 0, 1, 1", s.FlowHolds.Load(), s.Holds.Load(), s.FlowMoves.Load())
 	}
 }
+
+// Turning flow classes off ends every flow once and frees the table.
+func TestFlowClassesOffEndFlows(t *testing.T) {
+	e, g, rc := holdEngine()
+	e.SetFlowConfig(FlowConfig{Enabled: true, Threshold: 0})
+	bulkRoutes(e, 1, []wire.SiteID{3}, 30*time.Millisecond, nil, 0)
+	firstHops(t, g, rc, flowFrame(5001, 0, 100), 1)
+	if _, bulk := e.Stats().Flows(); bulk != 1 {
+		t.Fatalf("%d bulk flows", bulk)
+	}
+	e.SetFlowConfig(FlowConfig{})
+	firstHops(t, g, rc, flowFrame(5001, 0, 100), 2)
+	if lat, bulk := e.Stats().Flows(); lat != 0 || bulk != 0 || g.flows != nil {
+		t.Errorf("flows %d latency %d bulk after turning classes off; table kept: %v", lat, bulk, g.flows != nil)
+	}
+}
