@@ -25,7 +25,7 @@ import (
 const suiteLock = "/run/detour/netns-tests.lock"
 
 // suitePrefixes are the namespace prefixes the suite's tests use.
-var suitePrefixes = []string{tbPrefix, ovPrefix, edPrefix, experimentPrefix, apPrefix, uiPrefix, kvPrefix, opsPrefix}
+var suitePrefixes = []string{tbPrefix, ovPrefix, edPrefix, experimentPrefix, apPrefix, uiPrefix, kvPrefix, opsPrefix, narrowPrefix}
 
 func TestMain(m *testing.M) {
 	unlock, err := lockSuite()
@@ -64,7 +64,7 @@ func sweep() {
 		bin = filepath.Join(filepath.Dir(os.Getenv("DETOUR_BIN")), "detour-lab")
 	}
 	states, _ := filepath.Glob(filepath.Join(os.TempDir(), "Test*", "*", "state.json"))
-	states = append(states, filepath.Join(experimentState, "state.json"))
+	states = append(states, filepath.Join(experimentState, "state.json"), filepath.Join(narrowState, "state.json"))
 	for _, s := range states {
 		if _, err := os.Stat(s); err != nil || bin == "" {
 			continue

@@ -167,6 +167,7 @@ func New(cfg *config.Agent, opt Options) (*Agent, error) {
 		a.shaper.Set(n.ID, edge.Limits{MaxBps: float64(n.MaxRate), MinBps: float64(n.MinRate)})
 	}
 	a.engine.SetShaper(a.shaper)
+	a.engine.SetFlowConfig(flowConfig(cfg.Bulk))
 	a.updateMSS()
 	if err := a.kvStart(); err != nil {
 		a.closeAll()
@@ -272,6 +273,7 @@ func (a *Agent) controlConfig() control.Config {
 	cfg.DownAfter = 5 * a.cfg.ProbeInterval
 	cfg.Routing.MaxHops = a.cfg.MaxHops
 	cfg.Economy = a.cfg.Measurement == config.MeasurementEconomy
+	cfg.Routing.Bulk = bulkRouting(a.cfg.Bulk)
 	return cfg
 }
 

@@ -40,6 +40,8 @@ func (a *Agent) status() api.Status {
 	for k, v := range a.ownCounters() {
 		s.Counters[k] = v
 	}
+	lat, bulk := a.engine.Stats().Flows()
+	s.Counters["flows_latency"], s.Counters["flows_bulk"] = uint64(max(lat, 0)), uint64(max(bulk, 0))
 	s.Encrypted = a.sec != nil
 	probe, down := node.DetectionTimes()
 	s.ProbeIntervalMS, s.DownAfterMS = ms(probe), ms(down)

@@ -61,13 +61,16 @@ var (
 	routeDesc     = prometheus.NewDesc("detour_route_latency_seconds", "Estimated one-way latency of the path in use to a destination.", []string{"dest", "relayed"}, nil)
 	routeSaveDesc = prometheus.NewDesc("detour_route_saving_seconds", "Latency saved by the path in use over the direct path.", []string{"dest"}, nil)
 	membersDesc   = prometheus.NewDesc("detour_members", "Live members of the overlay, this site included.", nil, nil)
+	flowsDesc     = prometheus.NewDesc("detour_flows", "Live TCP and UDP flows sent from this site, by class (latency, bulk); counted at the flow tables' last sweep.", []string{"class"}, nil)
+	classFrames   = prometheus.NewDesc("detour_class_frames_total", "Frames sent to other sites by class (latency, bulk); frames that are no TCP or UDP flow are latency.", []string{"class"}, nil)
+	classBytes    = prometheus.NewDesc("detour_class_bytes_total", "Bytes of frames sent to other sites by class (latency, bulk).", []string{"class"}, nil)
 )
 
 // gaugeSet exports the current links and routes.
 type gaugeSet struct{ a *Agent }
 
 func (g gaugeSet) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{linkDelayDesc, linkLossDesc, routeDesc, routeSaveDesc, membersDesc} {
+	for _, d := range []*prometheus.Desc{linkDelayDesc, linkLossDesc, routeDesc, routeSaveDesc, membersDesc, flowsDesc, classFrames, classBytes} {
 		ch <- d
 	}
 }
@@ -90,4 +93,12 @@ func (g gaugeSet) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(routeSaveDesc, prometheus.GaugeValue, r.SavingMs/1e3, r.Dest)
 	}
 	ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(len(g.a.Status().Members)))
+	st := g.a.engine.Stats()
+	lat, bulk := st.Flows()
+	ch <- prometheus.MustNewConstMetric(flowsDesc, prometheus.GaugeValue, float64(lat), "latency")
+	ch <- prometheus.MustNewConstMetric(flowsDesc, prometheus.GaugeValue, float64(bulk), "bulk")
+	ch <- prometheus.MustNewConstMetric(classFrames, prometheus.CounterValue, float64(st.LatencyFrames.Load()), "latency")
+	ch <- prometheus.MustNewConstMetric(classFrames, prometheus.CounterValue, float64(st.BulkFrames.Load()), "bulk")
+	ch <- prometheus.MustNewConstMetric(classBytes, prometheus.CounterValue, float64(st.LatencyBytes.Load()), "latency")
+	ch <- prometheus.MustNewConstMetric(classBytes, prometheus.CounterValue, float64(st.BulkBytes.Load()), "bulk")
 }

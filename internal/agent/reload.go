@@ -142,6 +142,8 @@ func (a *Agent) apply(act reload.Action) error {
 		return a.rotateFromFiles()
 	case reload.AddPeer, reload.RemovePeer:
 		return a.changePeer(act)
+	case reload.SetBulk:
+		a.engine.SetFlowConfig(flowConfig(act.Bulk))
 	}
 	return nil
 }

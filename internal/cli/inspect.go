@@ -214,6 +214,7 @@ func printStatus(w io.Writer, raw []byte) error {
 			}
 		})
 	}
+	printClasses(w, s.Counters)
 	for _, p := range s.Pins {
 		fmt.Fprintf(w, "pinned: %s via [%s]\n", p.Dest, strings.Join(p.Via, " "))
 	}
@@ -345,4 +346,19 @@ func lossText(l api.CandidateLink) string {
 		s += fmt.Sprintf(", adds %.2f ms", l.LossCostMs)
 	}
 	return s
+}
+
+// printClasses prints the flow classes' counters of a status: what went
+// on the fastest path and what on the bulk path (docs/bulk.md).
+func printClasses(w io.Writer, c map[string]uint64) {
+	if c["latency_frames"]+c["bulk_frames"]+c["flow_reordered"] == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	table(w, "CLASS\tFLOWS\tFRAMES\tBYTES", func(tw io.Writer) {
+		fmt.Fprintf(tw, "latency\t%d\t%d\t%d\n", c["flows_latency"], c["latency_frames"], c["latency_bytes"])
+		fmt.Fprintf(tw, "bulk\t%d\t%d\t%d\n", c["flows_bulk"], c["bulk_frames"], c["bulk_bytes"])
+	})
+	fmt.Fprintf(w, "class changes %d, flow path moves %d (held %d), bulk paths withdrawn %d, untracked frames %d; frames of a flow received out of order %d\n",
+		c["class_changes"], c["flow_moves"], c["flow_holds"], c["flow_repaths"], c["flows_untracked"], c["flow_reordered"])
 }

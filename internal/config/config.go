@@ -126,6 +126,9 @@ type Agent struct {
 	KVPools []KVPool `yaml:"kv_pools,omitempty"`
 	// Trust admits sites by certificate of an overlay CA (trust.go).
 	Trust Trust `yaml:"trust,omitempty"`
+	// Bulk configures flow classes: bulk flows on the path with the most
+	// available throughput, the rest on the fastest (bulk.go).
+	Bulk Bulk `yaml:"bulk,omitempty"`
 	// TestClockOffset shifts this agent's clock; it exists only so tests can
 	// show that routing needs no synchronised clocks.
 	TestClockOffset time.Duration `yaml:"test_clock_offset,omitempty"`
@@ -295,6 +298,7 @@ func (a *Agent) ApplyDefaults() {
 	for i := range a.KVPools {
 		a.KVPools[i].applyDefaults()
 	}
+	a.Bulk.applyDefaults()
 }
 
 var (
@@ -330,6 +334,7 @@ func (a *Agent) Validate() error {
 	}
 	validateRates(a, &pr)
 	validateKVPools(a, &pr)
+	validateBulk(&a.Bulk, &pr)
 	if a.MaxHops < 1 || a.MaxHops > maxPath {
 		pr.add("max_hops", "%d is outside 1..%d", a.MaxHops, maxPath)
 	}

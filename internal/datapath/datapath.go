@@ -117,6 +117,7 @@ type Engine struct {
 	mss      atomic.Uint32
 	innerMTU atomic.Int64
 	shaper   atomic.Pointer[edge.Shaper]
+	flowCfg  atomic.Pointer[FlowConfig]
 
 	// Sources whose sequence windows the underlay loop must forget.
 	resetMu    sync.Mutex
@@ -133,6 +134,7 @@ func New(cfg Config) *Engine {
 	}
 	e.ports.Store(&ports)
 	e.routes.Store(&routesBox{r: noRoutes{}})
+	e.SetFlowConfig(DefaultFlowConfig())
 	return e
 }
 

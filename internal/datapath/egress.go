@@ -2,11 +2,13 @@ package datapath
 
 import (
 	"math/rand/v2"
+	"net/netip"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/edge"
 	"github.com/detour-overlay/detour/internal/fdb"
+	ethframe "github.com/detour-overlay/detour/internal/frame"
 	"github.com/detour-overlay/detour/internal/kv/router"
 	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/transport"
@@ -34,6 +36,12 @@ type egress struct {
 	lastICMP int64
 
 	kvw *router.Worker // the key router's state, made at the first frame for a pool
+
+	// The flow classes (flows.go): the table is made at the first flow.
+	flows *flowTable[ethframe.Flow, egressFlow]
+	swept int64 // when the table was last swept of ended flows
+	fr    ethframe.Frame
+	key   ethframe.Flow
 }
 
 // batchFrames is how many frames one device wake-up reads at most: enough
@@ -217,23 +225,33 @@ func (g *egress) header(r Routes, dst wire.SiteID) (*routing.Route, bool) {
 
 // emit queues an encapsulated packet for the batch, or holds it back while
 // a switch to a shorter path towards dst could let it overtake earlier
-// packets.
-func (g *egress) emit(dst wire.SiteID, rt *routing.Route, m transport.Message) {
+// packets. The packet belongs to flow f (nil for traffic that is no
+// flow) and goes on Route.Path when main is true, or else on the flow's
+// bulk path, of offset-shifted delay delay.
+func (g *egress) emit(dst wire.SiteID, rt *routing.Route, m transport.Message, f *egressFlow, main bool, delay time.Duration) {
 	d := g.dests[dst]
 	if d == nil {
 		d = &dest{hold: &holdQueue{}}
 		g.dests[dst] = d
 	}
 	now := g.now
-	if !d.samePath(rt) {
-		if until := d.last + int64(d.holdTime(rt)); until > now {
-			g.flushBatch() // packets on the old path leave first
-			d.hold.start(g.e, now, until)
+	if main {
+		if !d.samePath(rt) {
+			if until := d.last + int64(d.holdTime(rt)); until > now {
+				g.flushBatch() // packets on the old path leave first
+				d.hold.start(g.e, now, until)
+			}
+			d.use(rt)
 		}
-		d.use(rt)
+		d.last = now
 	}
-	d.last = now
-	if d.hold.enqueue(g.e, m, now) {
+	if f != nil {
+		g.moveFlow(d, f, main, delay)
+		if f.hold != nil && f.hold.enqueue(g.e, m, now) {
+			return
+		}
+	}
+	if main && d.hold.enqueue(g.e, m, now) {
 		return
 	}
 	g.msgs = append(g.msgs, m)
@@ -255,10 +273,14 @@ func (g *egress) unicast(dst wire.SiteID, i, n int) {
 		g.e.stats.DropNoRoute.Add(1)
 		return
 	}
-	g.duplicate(rt, g.frames[i][:n])
+	f := g.classify(dst, g.frames[i][:n])
+	hop, delay, main := g.choosePath(rt, f)
+	if main {
+		g.duplicate(rt, g.frames[i][:n])
+	}
 	start := wire.Headroom - g.frameOffset()
-	if m, ok := g.seal(g.bufs[i][start:], n, rt); ok {
-		g.emit(dst, rt, m)
+	if m, ok := g.seal(g.bufs[i][start:], n, hop); ok {
+		g.emit(dst, rt, m, f, main, delay)
 	}
 }
 
@@ -276,9 +298,7 @@ func (g *egress) duplicate(rt *routing.Route, frame []byte) {
 	g.hdr.Flags = wire.DataFlagDuplicate
 	b := g.floodBuf()
 	copy(b[g.frameOffset():], frame)
-	backup := *rt
-	backup.FirstHop = rt.BackupFirstHop
-	if m, ok := g.seal(b, len(frame), &backup); ok {
+	if m, ok := g.seal(b, len(frame), rt.BackupFirstHop); ok {
 		g.msgs = append(g.msgs, m)
 		g.e.stats.Duplicated.Add(1)
 	}
@@ -299,18 +319,19 @@ func (g *egress) floodBuf() []byte {
 func (g *egress) frameOffset() int { return wire.FrameOffset(int(g.hdr.PathLen), g.e.crypto != nil) }
 
 // seal writes g.hdr in front of the frame of length n that starts at
-// b[g.frameOffset():] and, with crypto, seals the packet.
-func (g *egress) seal(b []byte, n int, rt *routing.Route) (transport.Message, bool) {
+// b[g.frameOffset():] and, with crypto, seals the packet for the first
+// hop hop.
+func (g *egress) seal(b []byte, n int, hop netip.AddrPort) (transport.Message, bool) {
 	if g.e.crypto == nil {
 		hl := g.hdr.Put(b)
-		return transport.Message{Buf: b, N: hl + n, Addr: rt.FirstHop}, true
+		return transport.Message{Buf: b, N: hl + n, Addr: hop}, true
 	}
 	size, err := g.e.crypto.SealData(b, &g.hdr, n)
 	if err != nil {
 		g.e.stats.DropCrypto.Add(1)
 		return transport.Message{}, false
 	}
-	return transport.Message{Buf: b, N: size, Addr: rt.FirstHop}, true
+	return transport.Message{Buf: b, N: size, Addr: hop}, true
 }
 
 // broadcast queues one copy of the frame for every other site, each along
@@ -330,8 +351,8 @@ func (g *egress) broadcast(frame []byte) {
 		g.duplicate(rt, frame)
 		b := g.floodBuf()
 		copy(b[g.frameOffset():], frame)
-		if m, ok := g.seal(b, len(frame), rt); ok {
-			g.emit(site, rt, m)
+		if m, ok := g.seal(b, len(frame), rt.FirstHop); ok {
+			g.emit(site, rt, m, nil, true, rt.Delay)
 			queued = true
 		}
 	}
@@ -407,7 +428,7 @@ func (g *egress) sendCopy(site wire.SiteID, frame []byte) {
 	}
 	b := g.floodBuf()
 	copy(b[g.frameOffset():], frame)
-	if m, ok := g.seal(b, len(frame), rt); ok {
-		g.emit(site, rt, m)
+	if m, ok := g.seal(b, len(frame), rt.FirstHop); ok {
+		g.emit(site, rt, m, nil, true, rt.Delay)
 	}
 }

@@ -125,6 +125,20 @@ func (q *holdQueue) enqueue(e *Engine, m transport.Message, now int64) bool {
 	return true
 }
 
+// deadline returns when the active hold ends (monotonic ns), or 0 when
+// none is active.
+func (q *holdQueue) deadline() int64 {
+	if !q.armed.Load() {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.active {
+		return 0
+	}
+	return q.until
+}
+
 // start activates the queue until the monotonic time until and arms the
 // timer that releases it.
 func (q *holdQueue) start(e *Engine, now, until int64) {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/detour-overlay/detour/internal/device"
 	"github.com/detour-overlay/detour/internal/fdb"
+	ethframe "github.com/detour-overlay/detour/internal/frame"
 	"github.com/detour-overlay/detour/internal/kv/router"
 	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
@@ -19,6 +20,12 @@ type ingress struct {
 	windows map[flowKey]*seqWindow
 	resets  uint64 // the engine's reset generation last applied
 	kv      router.Inbound
+
+	// The order of each flow's frames (flowOrder); the table is made at
+	// the first flow.
+	flows *flowTable[recvKey, recvFlow]
+	fr    ethframe.Frame
+	key   recvKey
 }
 
 func newIngress(e *Engine) *ingress {
@@ -132,6 +139,7 @@ func (in *ingress) deliver(pkt []byte, off int) {
 		return
 	}
 	now := e.now()
+	in.flowOrder(frame, now)
 	p.FDB.Learn(src, h.Source, now)
 	if t := p.KV.Load(); t != nil && !in.kv.Deliver(t, frame, now) {
 		e.stats.KVDropped.Add(1)
@@ -190,6 +198,35 @@ func (in *ingress) sequence() bool {
 		in.e.stats.SeqGaps.Add(uint64(skipped))
 	}
 	return true
+}
+
+// flowOrder counts the frame fr, from the packet in in.hdr, as reordered
+// when a frame of the same flow from the same source with a higher
+// sequence number arrived before it. The source numbers every frame to
+// this site, of any flow, in the order it sends them, so the numbers of
+// one flow rise too; a number far behind (seqResetGap) is a restarted
+// source, not a late frame.
+func (in *ingress) flowOrder(fr []byte, now int64) {
+	h := &in.hdr
+	if _, ok := ethframe.ParseFlow(fr, &in.fr, &in.key.flow); !ok {
+		return
+	}
+	if in.flows == nil {
+		in.flows = newFlowTable[recvKey, recvFlow]()
+	}
+	in.key.source, in.key.network = h.Source, h.Network
+	hash := in.key.flow.Hash(in.flows.seed ^ uint64(h.Source)<<32 ^ uint64(h.Network))
+	s, state := in.flows.get(&in.key, hash, now, int64(DefaultFlowIdle))
+	if s == nil {
+		return // a full set: the flow's order is not watched
+	}
+	behind := s.val.highest - h.Seq // modulo 2^32
+	switch {
+	case state != slotFound || behind == 0 || behind >= 1<<31 || behind >= seqResetGap:
+		s.val.highest = h.Seq
+	default:
+		in.e.stats.FlowReordered.Add(1)
+	}
 }
 
 // applyResets forgets the windows of sources the engine was told to reset.

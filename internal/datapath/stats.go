@@ -22,13 +22,28 @@ type Stats struct {
 	Shaped          atomic.Uint64 // device batches delayed by a rate limit
 	Reordered       atomic.Uint64 // data packets that arrived after a later one from the same source
 	SeqGaps         atomic.Uint64 // sequence numbers skipped (lost packets, unless they arrive later as reordered)
-	Holds           atomic.Uint64 // switches to a shorter path that held packets back
+	Holds           atomic.Uint64 // switches to a shorter path that held packets back (flow_holds included)
 	Held            atomic.Uint64 // packets held back during such switches
 	HoldsLate       atomic.Uint64 // holds released more than 1 ms after their deadline
 	IngressLate     atomic.Uint64 // underlay batches done more than 1 ms after the kernel received them
 	KVFrames        atomic.Uint64 // frames from local hosts taken by the key router (per-pool counters are in the router's table)
 	KVLocal         atomic.Uint64 // frames the key router wrote back to the local bridge
 	KVDropped       atomic.Uint64 // frames from the overlay the key router refused to deliver
+
+	// Flow classes (flows.go). Frames that are no TCP or UDP flow count
+	// in the latency class.
+	LatencyFrames  atomic.Uint64 // frames sent to a site in the latency class
+	LatencyBytes   atomic.Uint64
+	BulkFrames     atomic.Uint64 // frames of bulk flows
+	BulkBytes      atomic.Uint64
+	ClassChanges   atomic.Uint64 // flows that became bulk after they started
+	FlowMoves      atomic.Uint64 // times a flow's packets went on another path than its previous packet's
+	FlowHolds      atomic.Uint64 // of those, moves that held the flow's packets
+	FlowRepaths    atomic.Uint64 // bulk flows whose path died or was withdrawn
+	FlowsUntracked atomic.Uint64 // frames of flows that found the flow table's set full
+	FlowReordered  atomic.Uint64 // frames delivered here after a later frame of the same flow and source
+	flowsLatency   atomic.Int64  // live flows by class (see Flows)
+	flowsBulk      atomic.Int64
 
 	DropMalformed      atomic.Uint64 // unparsable datagrams or frames
 	DropMisdirected    atomic.Uint64 // data packets whose current receiver is not this site
@@ -40,6 +55,19 @@ type Stats struct {
 	DropHoldOverflow   atomic.Uint64 // packets beyond the bound of a hold queue
 	DropCrypto         atomic.Uint64 // packets that failed sealing, authentication or the replay check
 	DropDuplicate      atomic.Uint64 // second copies of a frame (sent on two paths) and packets too old to tell
+}
+
+// Flows returns how many flows of each class are live, as of the last
+// sweep of the flow tables (at most a second old while frames flow).
+func (s *Stats) Flows() (latency, bulk int64) { return s.flowsLatency.Load(), s.flowsBulk.Load() }
+
+// flowEnded counts a flow of the given class out of the live ones.
+func (s *Stats) flowEnded(bulk bool) {
+	if bulk {
+		s.flowsBulk.Add(-1)
+	} else {
+		s.flowsLatency.Add(-1)
+	}
 }
 
 // Snapshot returns the counters by name, for the API and metrics.
@@ -69,6 +97,16 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"kv_frames":            s.KVFrames.Load(),
 		"kv_local":             s.KVLocal.Load(),
 		"kv_dropped":           s.KVDropped.Load(),
+		"latency_frames":       s.LatencyFrames.Load(),
+		"latency_bytes":        s.LatencyBytes.Load(),
+		"bulk_frames":          s.BulkFrames.Load(),
+		"bulk_bytes":           s.BulkBytes.Load(),
+		"class_changes":        s.ClassChanges.Load(),
+		"flow_moves":           s.FlowMoves.Load(),
+		"flow_holds":           s.FlowHolds.Load(),
+		"flow_repaths":         s.FlowRepaths.Load(),
+		"flows_untracked":      s.FlowsUntracked.Load(),
+		"flow_reordered":       s.FlowReordered.Load(),
 		"drop_malformed":       s.DropMalformed.Load(),
 		"drop_misdirected":     s.DropMisdirected.Load(),
 		"drop_no_route":        s.DropNoRoute.Load(),

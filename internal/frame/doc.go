@@ -37,13 +37,16 @@
 //   - UDP: ports, length, checksum.
 //   - ARP requests and replies for IPv4 over Ethernet, and the reply to a
 //     request.
+//   - The 5-tuple and DSCP of an unfragmented TCP or UDP packet
+//     (ParseFlow), which the data path keeps its flow classes by.
 //
 // # Who uses it
 //
 // internal/edge (MSS clamping, ICMP "fragmentation needed" and "packet
 // too big"), internal/offload (TSO/GSO splitting, GRO coalescing) and the
 // memcached key router (answering ARP for a virtual address, rewriting a
-// request's destination MAC, address and port). See docs/frames.md.
+// request's destination MAC, address and port), and internal/datapath
+// (flow classes: bulk or latency, per 5-tuple; docs/bulk.md). See docs/frames.md.
 package frame
 
 import "errors"

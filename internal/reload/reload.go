@@ -31,9 +31,10 @@ const (
 	RotateKey                  // a new private key with its certificate (trust.certificate_file)
 	RemovePeer                 // OldPeer leaves the accepted set and the bootstrap addresses
 	AddPeer                    // NewPeer joins them and is greeted at once
+	SetBulk                    // the data path's flow classes: bulk.threshold, dscp, idle_timeout
 )
 
-var kindNames = [...]string{"remove network", "replace network", "add network", "set limits", "set egress_rate", "set underlay_mtu", "rotate key", "remove peer", "add peer"}
+var kindNames = [...]string{"remove network", "replace network", "add network", "set limits", "set egress_rate", "set underlay_mtu", "rotate key", "remove peer", "add peer", "set bulk"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -48,6 +49,8 @@ type Action struct {
 	Certificate string
 	// OldPeer and NewPeer are the peer removed or added.
 	OldPeer, NewPeer config.Peer
+	// Bulk is the new bulk section (SetBulk).
+	Bulk config.Bulk
 }
 
 // describePeer names a peer with what the plan does with it.
@@ -83,6 +86,8 @@ func (a Action) String() string {
 		return "remove peer " + describePeer(a.OldPeer)
 	case AddPeer:
 		return "add peer " + describePeer(a.NewPeer)
+	case SetBulk:
+		return fmt.Sprintf("set bulk: threshold %v, dscp %v, idle_timeout %v", a.Bulk.Threshold, a.Bulk.DSCP, a.Bulk.IdleTimeout)
 	}
 	return "?"
 }
@@ -123,6 +128,8 @@ var restartWhy = map[string]string{
 	"measurement":      "every site of an overlay must use the same scheme: change it on all of them and restart them",
 	"private_key_file": rotateWhy,
 	"private_key":      rotateWhy,
+	"bulk.enabled,": "the control plane's routing is configured at start; " +
+		"bulk.threshold, dscp and idle_timeout are applied live",
 }
 
 // rotateWhy says when a reload can change the site's key.
@@ -141,7 +148,10 @@ func plural(n int) string {
 var live = map[string]bool{"networks": true, "egress_rate": true, "underlay_mtu": true, "peers": true,
 	// The agent distributes the pools the file changed as new versions
 	// (docs/kv.md), so kv_pools are applied live too.
-	"kv_pools": true}
+	"kv_pools": true,
+	// The data path's part of bulk is live; its routing part is checked
+	// in Diff.
+	"bulk": true}
 
 // Diff returns the plan that takes a running agent from old to new. Both
 // must be valid configurations with defaults applied.
@@ -159,6 +169,12 @@ func Diff(old, new *config.Agent) Plan {
 		p.Actions = append(p.Actions, Action{Kind: RotateKey, Certificate: new.Trust.CertificateFile})
 	}
 	p.Actions = append(p.Actions, peerActions(old.Peers, new.Peers)...)
+	if !old.Bulk.SameRouting(&new.Bulk) {
+		p.Restart = append(p.Restart, "bulk.enabled, latency_bound, latency_bound_fraction or min_gain")
+	}
+	if !reflect.DeepEqual(old.Bulk, new.Bulk) {
+		p.Actions = append(p.Actions, Action{Kind: SetBulk, Bulk: new.Bulk})
+	}
 	sort.SliceStable(p.Actions, func(i, j int) bool { return p.Actions[i].Kind < p.Actions[j].Kind })
 	return p
 }

@@ -131,3 +131,17 @@ func mustCA(t *testing.T) string {
 	}
 	return base64.StdEncoding.EncodeToString(priv.Public().(ed25519.PublicKey))
 }
+
+func TestDiffBulk(t *testing.T) {
+	p := Diff(parse(t, base), parse(t, base+"bulk:\n  threshold: 1MB\n  dscp: [8]\n"))
+	if p.Err() != nil || len(p.Actions) != 1 || p.Actions[0].Kind != SetBulk || p.Actions[0].Bulk.Threshold != 1_000_000 {
+		t.Fatalf("a new bulk threshold and dscp: plan %s, %v", describe(p), p.Err())
+	}
+	if got := describe(p); !strings.Contains(got, "threshold 1MB") || !strings.Contains(got, "dscp [8]") {
+		t.Errorf("plan says %q", got)
+	}
+	p = Diff(parse(t, base), parse(t, base+"bulk:\n  min_gain: 2\n"))
+	if err := p.Err(); err == nil || !strings.Contains(err.Error(), "bulk.enabled, latency_bound, latency_bound_fraction or min_gain") || !strings.Contains(err.Error(), "applied live") {
+		t.Errorf("a new bulk min_gain was not refused with the reason: %v", err)
+	}
+}

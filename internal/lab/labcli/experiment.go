@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	lab.Register(command.Command{Name: "experiment", Summary: "run an experiment on the testbed (lanman2017: geo-replicated ZooKeeper; locality: nearby memory against local disk)", Run: runExperiment,
+	lab.Register(command.Command{Name: "experiment", Summary: "run an experiment on the testbed (lanman2017: geo-replicated ZooKeeper; locality: nearby memory against local disk; narrow: bulk transfers on the widest path)", Run: runExperiment,
 		Usage: strings.TrimPrefix(experimentUsage, "usage: detour-lab ")})
 }
 
@@ -29,6 +29,8 @@ const experimentUsage = `usage: detour-lab experiment locality [--short] [--out 
        detour-lab experiment lanman2017 [--overlays vxlan,tinc,detour] [--short] [--out DIR] [--ops N]
                                    [--store zookeeper|etcd] [--continuous OVERLAYS] [--plot SCRIPT|none]
                                    [--detour-bin PATH]
+       detour-lab experiment narrow [--overlays vxlan,tinc,detour] [--short] [--out DIR] [--transfer 30s]
+                               [--detour-bin PATH]
 
 Geo-replicated ZooKeeper (CLU leader, BOR, LAN) on the lanman2017 testbed,
 client at LAN, in three phases: (a) idle WAN, (b) TCP cross traffic filling
@@ -43,6 +45,13 @@ locality: the data-locality experiment (issue 18, docs/locality.md): a
 client at ZRH reads 1 KB to 1 MB objects from a capped local disk, nearby
 memory (MXP) and remote memory (IAD), and compares replica-choice policies
 side by side; writes samples, summary.csv and plots to DIR.
+
+narrow: bulk transfers on the widest path (issue 23, docs/bulk.md): on the
+narrow-relay testbed (direct West-East fastest but 20 Mbit/s, a relay 3 ms
+slower at 200 Mbit/s), a bulk iperf3 transfer West->East and a 10 ms
+request/response stream beside it, idle and during the transfer, over each
+overlay; reads detour's flow class, reorder and probe counters; writes
+result.json and summary.md to DIR and prints the table.
 
 `
 
@@ -62,8 +71,11 @@ func runExperiment(args []string, stdout, stderr io.Writer) int {
 	if args[0] == "locality" {
 		return runLocality(args[1:], stdout, stderr)
 	}
+	if args[0] == "narrow" {
+		return runNarrow(args[1:], stdout, stderr)
+	}
 	if args[0] != "lanman2017" {
-		return fail(stderr, "experiment", fmt.Errorf("%w: unknown experiment %q (known: lanman2017, locality)", errUsage, args[0]))
+		return fail(stderr, "experiment", fmt.Errorf("%w: unknown experiment %q (known: lanman2017, locality, narrow)", errUsage, args[0]))
 	}
 	opt, err := parseExperiment(args[1:], stderr)
 	if err != nil {

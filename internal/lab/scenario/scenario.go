@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/yamlpath"
 	"regexp"
 	"strings"
@@ -92,8 +93,13 @@ type Scenario struct {
 	// KVPools are memcached pools the testbed runs (see KVPool).
 	KVPools []KVPool `yaml:"kv_pools,omitempty"`
 	// KVDisk sets up the disk tier of kv servers with tier disk.
-	KVDisk *KVDisk  `yaml:"kv_disk,omitempty"`
-	lines  lineInfo `yaml:"-"`
+	KVDisk *KVDisk `yaml:"kv_disk,omitempty"`
+	// Bulk, when set, is the bulk section of every detour agent's
+	// configuration (flow classes, docs/bulk.md); unset fields keep
+	// their defaults, and the agent's validation checks them at
+	// `testbed up`.
+	Bulk  *config.Bulk `yaml:"bulk,omitempty"`
+	lines lineInfo     `yaml:"-"`
 }
 
 // Site is one data centre: a gateway and its hosts.

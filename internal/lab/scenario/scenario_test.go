@@ -125,7 +125,7 @@ func TestUnits(t *testing.T) {
 }
 
 func TestShippedScenariosParseAndMatchTheFilesInScenarios(t *testing.T) {
-	for _, name := range []string{"leon-japan", "lanman2017", "azure-16"} {
+	for _, name := range []string{"leon-japan", "lanman2017", "azure-16", "narrow-relay"} {
 		s, err := Load(name)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -194,6 +194,50 @@ func TestLanman2017HasTheTIVOnlyUnderLoad(t *testing.T) {
 	}
 	if s.FlowIndex("clu-lan") < 0 {
 		t.Error("no clu-lan cross-traffic flow")
+	}
+}
+
+// narrow-relay: the direct path is the fastest and the narrowest, the
+// relayed one a few ms slower (within the default bulk latency bound of
+// max(10 ms, 25 % of the round trip)) and ten times wider, in both
+// directions.
+func TestNarrowRelayHasTheFastPathNarrow(t *testing.T) {
+	s, err := Load("narrow-relay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, e, r := s.SiteIndex("West"), s.SiteIndex("East"), s.SiteIndex("Relay")
+	for _, p := range [][2]int{{w, e}, {e, w}} {
+		a, b := p[0], p[1]
+		direct, relayed := s.Link(a, b), s.Link(a, r).Delay+s.Link(r, b).Delay
+		slower := relayed - direct.Delay
+		bound := max(10*time.Millisecond, s.RTT(a, b)/4)
+		if slower <= 0 || slower > 5*time.Millisecond || slower > bound {
+			t.Errorf("%s->%s: the relay is %v slower than the direct path; want a few ms, within %v", s.Sites[a].Name, s.Sites[b].Name, slower, bound)
+		}
+		if direct.Rate != 20e6 || direct.Queue.Time < 40*time.Millisecond {
+			t.Errorf("%s->%s direct: %v with queue %v; want 20 Mbit/s with a queue that a bulk flow fills with tens of ms", s.Sites[a].Name, s.Sites[b].Name, direct.Rate, direct.Queue)
+		}
+		if s.Link(a, r).Rate < 10*direct.Rate || s.Link(r, b).Rate < 10*direct.Rate {
+			t.Errorf("%s->%s: the relayed path is not ten times wider", s.Sites[a].Name, s.Sites[b].Name)
+		}
+	}
+}
+
+// scenarios/narrow-relay-10mb.yaml is narrow-relay with the default bulk
+// threshold.
+func TestNarrowRelay10MBDiffersOnlyInThreshold(t *testing.T) {
+	s, err := Load(filepath.Join("..", "..", "..", "scenarios", "narrow-relay-10mb.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := Load("narrow-relay")
+	if s.Bulk == nil || s.Bulk.Threshold != 10_000_000 || n.Bulk == nil || n.Bulk.Threshold != 1_000_000 {
+		t.Fatalf("thresholds %+v and %+v", s.Bulk, n.Bulk)
+	}
+	w, e := s.SiteIndex("West"), s.SiteIndex("East")
+	if s.Link(w, e) != n.Link(w, e) || len(s.Sites) != len(n.Sites) {
+		t.Error("the links differ from narrow-relay's")
 	}
 }
 

@@ -82,3 +82,24 @@ func TestLocalityScenarioAgentConfig(t *testing.T) {
 		t.Fatalf("obj-local-first %+v", lf)
 	}
 }
+
+// TestNarrowRelayAgentConfig: the scenario's bulk section reaches every
+// gateway's configuration, with the defaults for what it leaves out.
+func TestNarrowRelayAgentConfig(t *testing.T) {
+	sc, err := scenario.Load("narrow-relay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newState(sc, Options{Scenario: "narrow-relay", Overlay: "detour-plain", Prefix: DefaultPrefix})
+	file := filepath.Join(t.TempDir(), "a.yaml")
+	if err := writeAgentConfig(st, sc, 0, nil, file, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := config.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Bulk.On() || a.Bulk.Threshold != 1_000_000 || a.Bulk.MinGain != config.DefaultBulkMinGain {
+		t.Errorf("bulk section %+v", a.Bulk)
+	}
+}

@@ -350,6 +350,9 @@ func writeAgentConfig(st *State, sc *scenario.Scenario, i int, privs []keys.Priv
 		a.Networks[0].Subnet, a.KVPools = subnet, pools
 	}
 	natAgent(sc, i, &a)
+	if sc.Bulk != nil {
+		a.Bulk = *sc.Bulk
+	}
 	for j, peer := range st.Sites {
 		if j == i || (st.held(peer.Name) && !st.held(site.Name)) {
 			continue

@@ -101,3 +101,43 @@ func Command(ns string, argv ...string) *exec.Cmd {
 	}
 	return exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
 }
+
+// Listen opens a listening socket on address inside namespace ns, from a
+// dedicated locked thread as Dial does; its accepted connections belong
+// to ns too.
+func Listen(ns, network, address string) (net.Listener, error) {
+	type result struct {
+		l   net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{nil, fmt.Errorf("nsnet: current namespace: %w", err)}
+			return
+		}
+		defer orig.Close()
+		target, err := netns.GetFromName(ns)
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{nil, fmt.Errorf("nsnet: namespace %s: %w", ns, err)}
+			return
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{nil, fmt.Errorf("nsnet: enter %s: %w", ns, err)}
+			return
+		}
+		l, err := net.Listen(network, address)
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- result{l, err}
+	}()
+	r := <-ch
+	return r.l, r.err
+}

@@ -1,0 +1,76 @@
+//go:build netns
+
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/lab/experiment/narrow"
+)
+
+// narrowPrefix and narrowState keep the narrow experiment's testbed apart
+// from any other on the machine.
+const (
+	narrowPrefix = "dtw-"
+	narrowState  = "/run/detour/test-narrow"
+)
+
+// TestNarrowBulkTakesTheWidePath runs `detour-lab experiment narrow` over
+// detour alone (about a minute): on narrow-relay, a bulk transfer must get
+// at least five times the narrow direct link's 20 Mbit/s (it moves to the
+// 200 Mbit/s relayed path), and the 10 ms request/response stream beside
+// it must keep its idle median within 10 % (it stays on the direct path,
+// which the transfer left). The counters of flows received out of order
+// at East are logged. Throughput through the userspace emulator and three
+// agents depends on an otherwise idle machine, so it is a timing test.
+func TestNarrowBulkTakesTheWidePath(t *testing.T) {
+	timingTest(t)
+	if os.Getenv("DETOUR_BIN") == "" {
+		t.Skip("DETOUR_BIN not set (make test sets it)")
+	}
+	bin := labBin(t)
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "experiment", "narrow", "--overlays", "detour", "--short", "--out", out)
+	cmd.Env = append(os.Environ(), "DETOUR_TESTBED_PREFIX="+narrowPrefix, "DETOUR_TESTBED_STATE="+narrowState)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 30 * time.Second
+	start := time.Now()
+	output, err := cmd.CombinedOutput()
+	t.Logf("experiment output (%v):\n%s", time.Since(start).Round(time.Second), output)
+	t.Cleanup(func() {
+		entries, _ := os.ReadDir("/run/netns")
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), narrowPrefix) {
+				t.Errorf("namespace %s left behind", e.Name())
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("detour-lab experiment narrow: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res narrow.Result
+	if err := json.Unmarshal(b, &res); err != nil || len(res.Overlays) != 1 {
+		t.Fatalf("result.json: %v (%d overlays)", err, len(res.Overlays))
+	}
+	s := res.Overlays[0].Summarize()
+	if s.ThroughputMbps < 5*narrow.NarrowMbps {
+		t.Errorf("bulk transfer got %.1f Mbit/s, less than 5 × the narrow link's %d", s.ThroughputMbps, narrow.NarrowMbps)
+	}
+	if s.Change > 0.10 {
+		t.Errorf("request/response median %.2f ms during the transfer, %.0f %% above idle %.2f ms (want within 10 %%)", s.LoadP50, 100*s.Change, s.IdleP50)
+	}
+	t.Logf("flow frames received out of order at East: %d; probe bytes during the transfer: %d", s.Reordered, s.ProbeBytes)
+}
