@@ -6,7 +6,6 @@ import (
 	"time"
 )
 
-
 func within(t *testing.T, what string, got, want, frac float64) {
 	t.Helper()
 	if math.Abs(got-want) > frac*want {
