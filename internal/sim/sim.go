@@ -39,6 +39,12 @@ type Link struct {
 	Jitter time.Duration // uniform in [0, Jitter), added to Delay
 	Loss   float64
 	Down   bool
+	// Rate, when not zero, makes the link a FIFO transmitter of Rate
+	// bits per second (as the lab's WAN emulator models one): a datagram
+	// of n bytes (IP and UDP headers, 28 bytes, included) waits for those
+	// before it and takes 8n/Rate to send, then Delay to arrive. The
+	// queue has no limit.
+	Rate float64
 }
 
 // Site is one simulated site.
@@ -88,6 +94,7 @@ type Net struct {
 	byAddr  map[netip.AddrPort]*Site
 	byName  map[string]*Site
 	links   map[[2]int]Link
+	busy    map[[2]int]time.Time // when each rated link finishes its last datagram
 	queue   eventQueue
 	seq     uint64
 	Changes []RouteChange
@@ -111,7 +118,7 @@ var Start = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // New returns an empty network seeded with seed.
 func New(seed uint64) *Net {
 	return &Net{start: Start, now: Start, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		byAddr: map[netip.AddrPort]*Site{}, byName: map[string]*Site{}, links: map[[2]int]Link{}}
+		byAddr: map[netip.AddrPort]*Site{}, byName: map[string]*Site{}, links: map[[2]int]Link{}, busy: map[[2]int]time.Time{}}
 }
 
 // Sealed returns an empty network seeded with seed whose sites seal their
@@ -372,7 +379,7 @@ func (n *Net) drain(s *Site) {
 			n.Lost++
 			continue
 		}
-		d := l.Delay
+		d := l.Delay + n.transmit(s.index, dst.index, l, len(o.Payload))
 		if l.Jitter > 0 {
 			d += time.Duration(n.rng.Int64N(int64(l.Jitter)))
 		}
@@ -382,6 +389,23 @@ func (n *Net) drain(s *Site) {
 	if rd.Table != nil {
 		n.recordRoutes(s, rd.Table)
 	}
+}
+
+// transmit returns how long a datagram of size bytes (payload) entering
+// link (a, b) now waits and takes to be sent: zero on a link without a
+// rate.
+func (n *Net) transmit(a, b int, l Link, size int) time.Duration {
+	if l.Rate <= 0 {
+		return 0
+	}
+	k := [2]int{a, b}
+	start := n.busy[k]
+	if start.Before(n.now) {
+		start = n.now
+	}
+	done := start.Add(time.Duration(float64(size+28) * 8 / l.Rate * 1e9))
+	n.busy[k] = done
+	return done.Sub(n.now)
 }
 
 // recordRoutes appends the changes between a site's last seen table and
