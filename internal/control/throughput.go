@@ -225,3 +225,16 @@ type RateView struct {
 
 // ProbeBudget returns the configured probe budget in bytes a second.
 func (n *Node) ProbeBudget() int { return n.cfg.Throughput.ProbeBudget }
+
+// PathRate returns the bottleneck rate of path p from this site (bits per
+// second) on the matrix of the last route computation.
+func (n *Node) PathRate(p []wire.SiteID) (float64, bool) {
+	m := n.router.Matrix()
+	if m == nil {
+		return 0, false
+	}
+	return m.PathRate(n.self, p)
+}
+
+// RateKindName names a rate kind of the wire (wire.RateKind*).
+func RateKindName(k uint8) string { return measure.RateKind(k).String() }
