@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/detour-overlay/detour/internal/control"
+	"github.com/detour-overlay/detour/internal/site"
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
@@ -151,4 +152,70 @@ func TestThroughputBudget(t *testing.T) {
 	}
 	c := n.Site("a").Node.Counters()
 	t.Logf("site a: %d trains, %d probe bytes in %v (%.0f B/s; budget %d B/s)", c.TrainsSent, c.ProbeBytes, run, float64(c.ProbeBytes)/run.Seconds(), cfg.ProbeBudget)
+}
+
+// TestThroughputWithJitter: with up to 100 µs of jitter on every datagram
+// (which may reorder a train's packets) the trains still measure every
+// link within 20 %.
+func TestThroughputWithJitter(t *testing.T) {
+	n := narrowTriangle(5, nil)
+	for _, a := range []string{"A", "B", "C"} {
+		for _, b := range []string{"A", "B", "C"} {
+			if a != b {
+				l := n.LinkOf(a, b)
+				l.Jitter = 100 * time.Microsecond
+				n.SetLink(a, b, l)
+			}
+		}
+	}
+	start(t, n)
+	n.RunFor(150 * time.Second)
+	s := n.Site("C")
+	for _, l := range s.Node.Links(s.Local(n.Now())) {
+		want := n.LinkOf(l.From, l.To).Rate
+		t.Logf("%s→%s %.1f Mbit/s (%s), truth %.0f: %+.1f %%", l.From, l.To, l.Rate.Rate/1e6, l.Rate.Kind, want/1e6, 100*(l.Rate.Rate-want)/want)
+		if l.Rate.Rate < 0.8*want || l.Rate.Rate > 1.2*want {
+			t.Errorf("%s→%s rate %.1f Mbit/s, want %.0f ± 20 %%", l.From, l.To, l.Rate.Rate/1e6, want/1e6)
+		}
+	}
+}
+
+// TestThroughputPassive: with no trains, a flow of 5 Mbit/s from A to B
+// that causes no queue gives a lower bound, and a flow of 20 Mbit/s whose
+// queue delays A's probes by 8 ms gives the saturated rate; both reach C
+// through B's link state.
+func TestThroughputPassive(t *testing.T) {
+	n := narrowTriangle(6, func(c *control.Config) { c.Throughput.ProbeBudget = 0 })
+	start(t, n)
+	n.RunFor(10 * time.Second)
+	a, c := n.Site("A"), n.Site("C")
+	var total uint64
+	flow := func(d time.Duration, rate float64) {
+		for end := n.Now().Add(d); n.Now().Before(end); {
+			n.RunFor(100 * time.Millisecond)
+			total += uint64(rate / 80)
+			n.Do("B", func(core *site.Core, local time.Time) { core.Control().OnDataBytes(local, a.ID, total) })
+		}
+	}
+	rateAt := func(s *Site, from, to string) control.RateView {
+		for _, l := range s.Node.Links(s.Local(n.Now())) {
+			if l.From == from && l.To == to {
+				return l.Rate
+			}
+		}
+		return control.RateView{}
+	}
+	flow(5*time.Second, 5e6)
+	n.RunFor(2 * time.Second)
+	if r := rateAt(c, "A", "B"); r.Kind != "lower-bound" || r.Rate < 4.5e6 || r.Rate > 5.5e6 {
+		t.Fatalf("after an unqueued 5 Mbit/s flow, C sees A→B at %+v, want a 5 Mbit/s lower bound", r)
+	}
+	l := n.LinkOf("A", "B")
+	l.Delay += 8 * ms // the flow's standing queue
+	n.SetLink("A", "B", l)
+	flow(5*time.Second, 20e6)
+	n.RunFor(2 * time.Second)
+	if r := rateAt(c, "A", "B"); r.Kind != "saturated" || r.Rate < 19e6 || r.Rate > 21e6 {
+		t.Fatalf("after a queued 20 Mbit/s flow, C sees A→B at %+v, want 20 Mbit/s saturated", r)
+	}
 }
