@@ -139,24 +139,46 @@ func (n *Node) trains(now time.Time) {
 		if !n.outRate(now, m).Stale(now, c.Refresh) {
 			continue
 		}
-		n.tokens -= cost
+		n.tokens -= float64(n.trainLen(now, m) * (c.TrainSize + measure.IPUDPOverhead))
 		n.sendTrain(now, m)
 	}
+}
+
+// trainTarget is how long a train should keep a link busy: on a link
+// whose rate is already known, a train has just enough packets for that
+// (at least minTrainPackets, at most TrainPackets), so that it delays the
+// traffic behind it by about that much and no more. A link of 20 Mbit/s
+// gets 10 packets, one of 200 Mbit/s or more the whole train.
+const (
+	trainTarget     = 5 * time.Millisecond
+	minTrainPackets = 8
+)
+
+// trainLen returns the packets of the next train to m.
+func (n *Node) trainLen(now time.Time, m *member) int {
+	c := &n.cfg.Throughput
+	e := n.outRate(now, m)
+	if !e.Valid() {
+		return c.TrainPackets
+	}
+	k := int(e.Rate*trainTarget.Seconds()/float64(8*(c.TrainSize+measure.IPUDPOverhead))) + 1
+	return min(max(k, minTrainPackets, n.cfg.Throughput.Rate.TrainMinPackets), c.TrainPackets)
 }
 
 // sendTrain emits a train to m, its packets back to back in the outbox
 // (the shell sends an outbox in one batch).
 func (n *Node) sendTrain(now time.Time, m *member) {
 	c := &n.cfg.Throughput
+	k := n.trainLen(now, m)
 	m.lastTrain = now
 	n.trainSeq++
-	t := wire.Train{Sender: n.self, Receiver: m.id, ID: n.trainSeq, Count: uint16(c.TrainPackets)}
-	for i := range c.TrainPackets {
+	t := wire.Train{Sender: n.self, Receiver: m.id, ID: n.trainSeq, Count: uint16(k)}
+	for i := range k {
 		t.Index = uint16(i)
 		n.emit(m.addr, wire.AppendTrainPacket(nil, &t, c.TrainSize))
 	}
 	n.counters.TrainsSent++
-	n.counters.ProbeBytes += uint64(c.trainBytes())
+	n.counters.ProbeBytes += uint64(k * (c.TrainSize + measure.IPUDPOverhead))
 }
 
 // onTrain handles a train packet or report.
@@ -194,8 +216,9 @@ func (n *Node) onTrain(now time.Time, pkt []byte) error {
 // reportTrain tells m the rate of train id and puts it in the next link
 // state.
 func (n *Node) reportTrain(now time.Time, m *member, id uint32, e measure.RateEstimate) {
+	got, sent := m.rate.LastTrain()
 	n.emit(m.addr, wire.AppendTrainReport(nil, &wire.Train{Sender: n.self, Receiver: m.id, ID: id,
-		Count: uint16(n.cfg.Throughput.TrainPackets), Rate: uint32(min(e.Rate/1e3+0.5, float64(^uint32(0))))}))
+		Index: uint16(min(got, sent)), Count: uint16(max(sent, 1)), Rate: uint32(min(e.Rate/1e3+0.5, float64(^uint32(0))))}))
 	n.refreshSoon(now)
 }
 

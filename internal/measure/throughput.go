@@ -132,6 +132,8 @@ type RateEstimator struct {
 	train     RateEstimate
 
 	rx trainRx
+	// lastPackets and lastCount describe the last train ended.
+	lastPackets, lastCount int
 }
 
 const floorBuckets = 6
@@ -262,12 +264,17 @@ func (r *RateEstimator) Expire(now time.Time) (RateEstimate, bool) {
 	return RateEstimate{}, false
 }
 
+// LastTrain returns how many packets of the last train ended arrived, of
+// how many sent.
+func (r *RateEstimator) LastTrain() (packets, count int) { return r.lastPackets, r.lastCount }
+
 // TrainID returns the train being received, if any.
 func (r *RateEstimator) TrainID() (uint32, bool) { return r.rx.id, r.rx.active }
 
 func (r *RateEstimator) finishTrain() (RateEstimate, bool) {
 	t := r.rx
 	r.rx = trainRx{}
+	r.lastPackets, r.lastCount = t.packets, t.count
 	dt := t.last.Sub(t.first)
 	if t.packets < max(r.cfg.TrainMinPackets, 2) || dt <= 0 {
 		return RateEstimate{}, false

@@ -514,6 +514,20 @@ func FromScenario(sc *scenario.Scenario, seed uint64, configure func(*control.Co
 	return n
 }
 
+// WithRates gives every link the rate of the scenario's link (FromScenario
+// leaves links without one, so that no datagram queues).
+func (n *Net) WithRates(sc *scenario.Scenario) *Net {
+	for i := range sc.Sites {
+		for j := range sc.Sites {
+			if l, ok := n.links[[2]int{i, j}]; ok && i != j {
+				l.Rate = float64(sc.Link(i, j).Rate)
+				n.links[[2]int{i, j}] = l
+			}
+		}
+	}
+	return n
+}
+
 // String summarises the network.
 func (n *Net) String() string { return fmt.Sprintf("sim: %d sites at +%v", len(n.sites), n.Elapsed()) }
 

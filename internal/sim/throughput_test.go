@@ -219,3 +219,37 @@ func TestThroughputPassive(t *testing.T) {
 		t.Fatalf("after a queued 20 Mbit/s flow, C sees A→B at %+v, want 20 Mbit/s saturated", r)
 	}
 }
+
+// TestThroughputLanman2017: on the lanman2017 scenario's links (2.4 to
+// 18 Mbit/s, asymmetric) every site's estimate of every link is within
+// 20 % of the scenario's rate.
+func TestThroughputLanman2017(t *testing.T) {
+	n := FromScenario(load(t, "lanman2017"), 11, nil).WithRates(load(t, "lanman2017"))
+	start(t, n)
+	const run = 90 * time.Second
+	n.RunFor(run)
+	worst := 0.0
+	for _, s := range n.Sites() {
+		known := 0
+		for _, l := range s.Node.Links(s.Local(n.Now())) {
+			want := n.LinkOf(l.From, l.To).Rate
+			e := (l.Rate.Rate - want) / want
+			worst = max(worst, e, -e)
+			if l.Rate.Rate > 0 {
+				known++
+			}
+			if s.Name == "BOR" {
+				t.Logf("%s→%s %.2f Mbit/s (%s), truth %.1f: %+.1f %%", l.From, l.To, l.Rate.Rate/1e6, l.Rate.Kind, want/1e6, 100*e)
+			}
+			if e > 0.2 || e < -0.2 {
+				t.Errorf("at %s: %s→%s %.2f Mbit/s, truth %.1f", s.Name, l.From, l.To, l.Rate.Rate/1e6, want/1e6)
+			}
+		}
+		if known != 12 {
+			t.Errorf("%s knows %d of 12 links", s.Name, known)
+		}
+		c := s.Node.Counters()
+		t.Logf("%s: %d trains, %d probe bytes in %v (%.0f B/s)", s.Name, c.TrainsSent, c.ProbeBytes, run, float64(c.ProbeBytes)/run.Seconds())
+	}
+	t.Logf("largest error %.1f %%", 100*worst)
+}
