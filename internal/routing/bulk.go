@@ -28,10 +28,11 @@ const (
 	bulkKeep       = 1.25
 	bulkSwitch     = 1.25
 	bulkBoundSlack = 1.1
-	// bulkEnumSites bounds the overlays in which paths of three links or
-	// more are enumerated (O(N²) per destination); larger ones consider
-	// the direct path and every path through one relay (O(N)).
-	bulkEnumSites = 64
+	// bulkEnumSites bounds the overlays in which paths of three links
+	// are searched (O(N²) per destination, pruned); larger ones consider
+	// the direct path and every path through one relay (O(N)). Paths of
+	// more than three links are never considered.
+	bulkEnumSites = 48
 )
 
 // PathRate returns the bottleneck rate of path p from src: the least
@@ -76,64 +77,92 @@ type bulkCandidate struct {
 	rate  float64
 }
 
-// bulkPaths lists the usable paths to dst of at most MaxHops links (see
-// bulkEnumSites) with a known rate and a delay of at most limit, avoiding
-// forbidden relays and sites in doubt.
-func (r *Router) bulkPaths(m *Matrix, dst wire.SiteID, limit time.Duration) []bulkCandidate {
-	var out []bulkCandidate
-	try := func(p []wire.SiteID) {
-		for _, id := range p[:len(p)-1] {
-			if r.forbidden[id] || r.doubt[id] {
-				return
-			}
-		}
-		mt, ok := m.Measure(r.cfg.Weights, r.self, p)
-		if !ok || mt.Delay > limit {
-			return
-		}
-		if rate, ok := m.PathRate(r.self, p); ok {
-			out = append(out, bulkCandidate{path: slices.Clone(p), delay: mt.Delay, rate: rate})
-		}
-	}
-	try([]wire.SiteID{dst})
-	sites := m.Sites()
-	for _, u := range sites {
-		if u == r.self || u == dst {
-			continue
-		}
-		if r.cfg.MaxHops >= 2 {
-			try([]wire.SiteID{u, dst})
-		}
-		if r.cfg.MaxHops < 3 || len(sites) > bulkEnumSites {
-			continue
-		}
-		if _, ok := m.Edge(r.self, u); !ok {
-			continue
-		}
-		for _, v := range sites {
-			if v != r.self && v != dst && v != u {
-				try([]wire.SiteID{u, v, dst})
-			}
-		}
-	}
-	return out
-}
-
-// widest returns the candidate with the widest bottleneck, ties going to
-// the lower delay.
-func widest(cs []bulkCandidate) (bulkCandidate, bool) {
-	if len(cs) == 0 {
+// widestWithin returns the path to dst of at most MaxHops links (three
+// at most; see bulkEnumSites) whose bottleneck is widest among those with
+// a known rate on every link and a delay of at most limit, avoiding
+// forbidden relays and sites in doubt; ties go to the lower delay, then to
+// fewer links. It works on the matrix's arrays and prunes a first hop
+// narrower than the best path found, so that the O(N²) search per
+// destination costs little.
+func (r *Router) widestWithin(m *Matrix, dst wire.SiteID, limit time.Duration) (bulkCandidate, bool) {
+	n := len(m.ids)
+	s, ok1 := m.index[r.self]
+	t, ok2 := m.index[dst]
+	if !ok1 || !ok2 || s == t {
 		return bulkCandidate{}, false
 	}
-	return slices.MinFunc(cs, func(a, b bulkCandidate) int {
-		if c := cmp.Compare(b.rate, a.rate); c != 0 {
-			return c
+	edge := func(i, j int) (Edge, bool) {
+		k := i*n + j
+		if !m.has[k] || m.edges[k].Rate <= 0 || !r.cfg.Weights.usable(m.edges[k]) {
+			return Edge{}, false
 		}
-		if c := cmp.Compare(a.delay, b.delay); c != 0 {
-			return c
+		return m.edges[k], true
+	}
+	relay := func(i int) bool { id := m.ids[i]; return !r.forbidden[id] && !r.doubt[id] }
+	var best [3]int
+	bestLen, bestRate, bestDelay := 0, 0.0, time.Duration(0)
+	consider := func(rate float64, delay time.Duration, p ...int) {
+		if delay > limit {
+			return
 		}
-		return cmp.Compare(len(a.path), len(b.path))
-	}), true
+		if bestLen > 0 && (rate < bestRate || rate == bestRate && (delay > bestDelay || delay == bestDelay && len(p) >= bestLen)) {
+			return
+		}
+		bestLen, bestRate, bestDelay = copy(best[:], p), rate, delay
+	}
+	if e, ok := edge(s, t); ok {
+		consider(e.Rate, e.Delay, t)
+	}
+	three := r.cfg.MaxHops >= 3 && n <= bulkEnumSites
+	for u := 0; u < n && r.cfg.MaxHops >= 2; u++ {
+		if u == s || u == t || !relay(u) {
+			continue
+		}
+		su, ok := edge(s, u)
+		if !ok || (bestLen > 0 && su.Rate < bestRate) {
+			continue // no path through u can be wider
+		}
+		if ut, ok := edge(u, t); ok {
+			consider(min(su.Rate, ut.Rate), su.Delay+ut.Delay, u, t)
+		}
+		for v := 0; three && v < n; v++ {
+			if v == s || v == t || v == u || !relay(v) {
+				continue
+			}
+			uv, ok := edge(u, v)
+			if !ok || uv.Rate < bestRate || su.Delay+uv.Delay > limit {
+				continue
+			}
+			if vt, ok := edge(v, t); ok {
+				consider(min(su.Rate, uv.Rate, vt.Rate), su.Delay+uv.Delay+vt.Delay, u, v, t)
+			}
+		}
+	}
+	if bestLen == 0 {
+		return bulkCandidate{}, false
+	}
+	p := make([]wire.SiteID, bestLen)
+	for i := range p {
+		p[i] = m.ids[best[i]]
+	}
+	return bulkCandidate{path: p, delay: bestDelay, rate: bestRate}, true
+}
+
+// bulkPathNow measures path p for bulk flows: its delay and bottleneck
+// rate, if it is usable, every rate is known, and no relay is forbidden
+// or in doubt.
+func (r *Router) bulkPathNow(m *Matrix, p []wire.SiteID) (bulkCandidate, bool) {
+	for _, id := range p[:len(p)-1] {
+		if r.forbidden[id] || r.doubt[id] {
+			return bulkCandidate{}, false
+		}
+	}
+	mt, ok := m.Measure(r.cfg.Weights, r.self, p)
+	if !ok {
+		return bulkCandidate{}, false
+	}
+	rate, ok := m.PathRate(r.self, p)
+	return bulkCandidate{path: p, delay: mt.Delay, rate: rate}, ok
 }
 
 // selectBulk chooses the bulk path of d (destination dst) at now, after its
@@ -162,20 +191,14 @@ func (r *Router) selectBulk(now time.Time, m *Matrix, dst wire.SiteID, d *dest) 
 	limit := pm.Delay + r.bulkBound(pm)
 	pathRate, pathKnown := m.PathRate(r.self, d.path)
 	d.bulkPathRate = pathRate
-	cands := r.bulkPaths(m, dst, time.Duration(float64(limit-pm.Delay)*bulkBoundSlack)+pm.Delay)
 	var cur *bulkCandidate
-	for i := range cands {
-		if d.bulk != nil && slices.Equal(cands[i].path, d.bulk) {
-			cur = &cands[i]
+	if d.bulk != nil {
+		keep := pm.Delay + time.Duration(float64(limit-pm.Delay)*bulkBoundSlack)
+		if c, ok := r.bulkPathNow(m, d.bulk); ok && c.delay <= keep {
+			cur = &c
 		}
 	}
-	inBound := cands[:0:0]
-	for _, c := range cands {
-		if c.delay <= limit {
-			inBound = append(inBound, c)
-		}
-	}
-	best, found := widest(inBound)
+	best, found := r.widestWithin(m, dst, limit)
 	damped := r.cfg.MinSwitchInterval > 0 && !d.bulkSwitch.IsZero() && now.Sub(d.bulkSwitch) < r.cfg.MinSwitchInterval
 	gain := r.cfg.Bulk.MinGain
 	switch {

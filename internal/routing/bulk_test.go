@@ -256,3 +256,34 @@ func TestBulkFollowsRealChangesAndDeath(t *testing.T) {
 		t.Fatalf("after relay 4 died: bulk %+v, want via 3", b)
 	}
 }
+
+// benchUpdate times a route computation over n sites with (or without)
+// rates on every link.
+func benchUpdate(b *testing.B, n int, rates bool) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	tr := newRated(n)
+	for i := 1; i <= n; i++ {
+		for j := i + 1; j <= n; j++ {
+			rate := 0.0
+			if rates {
+				rate = float64(1+rng.IntN(500)) * 1e6
+			}
+			tr.link(i, j, time.Duration(1+rng.IntN(50))*ms, rate)
+		}
+	}
+	m := tr.matrix()
+	r := NewRouter(DefaultConfig(), 1)
+	now := t0
+	b.ResetTimer()
+	for range b.N {
+		now = now.Add(100 * ms)
+		r.Update(now, m, addrsOf(n))
+	}
+}
+
+func BenchmarkUpdate20(b *testing.B)      { benchUpdate(b, 20, false) }
+func BenchmarkUpdate20Rated(b *testing.B) { benchUpdate(b, 20, true) }
+func BenchmarkUpdate48(b *testing.B)      { benchUpdate(b, 48, false) }
+func BenchmarkUpdate48Rated(b *testing.B) { benchUpdate(b, 48, true) }
+func BenchmarkUpdate80(b *testing.B)      { benchUpdate(b, 80, false) }
+func BenchmarkUpdate80Rated(b *testing.B) { benchUpdate(b, 80, true) }
