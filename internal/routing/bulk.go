@@ -32,7 +32,7 @@ const (
 	// are searched (O(N²) per destination, pruned); larger ones consider
 	// the direct path and every path through one relay (O(N)). Paths of
 	// more than three links are never considered.
-	bulkEnumSites = 48
+	bulkEnumSites = 32
 )
 
 // PathRate returns the bottleneck rate of path p from src: the least

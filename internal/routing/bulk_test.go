@@ -283,6 +283,8 @@ func benchUpdate(b *testing.B, n int, rates bool) {
 
 func BenchmarkUpdate20(b *testing.B)      { benchUpdate(b, 20, false) }
 func BenchmarkUpdate20Rated(b *testing.B) { benchUpdate(b, 20, true) }
+func BenchmarkUpdate32(b *testing.B)      { benchUpdate(b, 32, false) }
+func BenchmarkUpdate32Rated(b *testing.B) { benchUpdate(b, 32, true) }
 func BenchmarkUpdate48(b *testing.B)      { benchUpdate(b, 48, false) }
 func BenchmarkUpdate48Rated(b *testing.B) { benchUpdate(b, 48, true) }
 func BenchmarkUpdate80(b *testing.B)      { benchUpdate(b, 80, false) }
