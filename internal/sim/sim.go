@@ -84,20 +84,24 @@ type RouteChange struct {
 
 // Net is the simulated network.
 type Net struct {
-	start   time.Time
-	now     time.Time
-	seed    uint64
-	sealed  bool
-	caKey   ed25519.PrivateKey // the overlay CA of a SealedCA network
-	rng     *rand.Rand
-	sites   []*Site
-	byAddr  map[netip.AddrPort]*Site
-	byName  map[string]*Site
-	links   map[[2]int]Link
-	busy    map[[2]int]time.Time // when each rated link finishes its last datagram
-	queue   eventQueue
-	seq     uint64
-	Changes []RouteChange
+	start  time.Time
+	now    time.Time
+	seed   uint64
+	sealed bool
+	caKey  ed25519.PrivateKey // the overlay CA of a SealedCA network
+	rng    *rand.Rand
+	// trainRng draws the loss and jitter of packet trains in the clear,
+	// so that adding them left the draws of every other datagram, on
+	// which seeded scenarios depend, as they were.
+	trainRng *rand.Rand
+	sites    []*Site
+	byAddr   map[netip.AddrPort]*Site
+	byName   map[string]*Site
+	links    map[[2]int]Link
+	busy     map[[2]int]time.Time // when each rated link finishes its last datagram
+	queue    eventQueue
+	seq      uint64
+	Changes  []RouteChange
 	// Undeliverable counts datagrams sent to an address no site has.
 	Undeliverable int
 	// Filtered counts datagrams a site's NAT did not let in.
@@ -118,7 +122,8 @@ var Start = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // New returns an empty network seeded with seed.
 func New(seed uint64) *Net {
 	return &Net{start: Start, now: Start, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		byAddr: map[netip.AddrPort]*Site{}, byName: map[string]*Site{}, links: map[[2]int]Link{}, busy: map[[2]int]time.Time{}}
+		trainRng: rand.New(rand.NewPCG(seed, seed^0x7a41)),
+		byAddr:   map[netip.AddrPort]*Site{}, byName: map[string]*Site{}, links: map[[2]int]Link{}, busy: map[[2]int]time.Time{}}
 }
 
 // Sealed returns an empty network seeded with seed whose sites seal their
@@ -375,13 +380,17 @@ func (n *Net) drain(s *Site) {
 			continue
 		}
 		l := n.links[[2]int{s.index, dst.index}]
-		if l.Down || (l.Loss > 0 && n.rng.Float64() < l.Loss) {
+		rng := n.rng
+		if len(o.Payload) > wire.CommonHeaderLen && wire.Type(o.Payload[2]) == wire.TypeTrain {
+			rng = n.trainRng
+		}
+		if l.Down || (l.Loss > 0 && rng.Float64() < l.Loss) {
 			n.Lost++
 			continue
 		}
 		d := l.Delay + n.transmit(s.index, dst.index, l, len(o.Payload))
 		if l.Jitter > 0 {
-			d += time.Duration(n.rng.Int64N(int64(l.Jitter)))
+			d += time.Duration(rng.Int64N(int64(l.Jitter)))
 		}
 		n.push(&event{at: n.now.Add(d), site: dst, from: from, pkt: o.Payload})
 	}
