@@ -90,9 +90,10 @@ type Net struct {
 	sealed bool
 	caKey  ed25519.PrivateKey // the overlay CA of a SealedCA network
 	rng    *rand.Rand
-	// trainRng draws the loss and jitter of packet trains in the clear,
-	// so that adding them left the draws of every other datagram, on
-	// which seeded scenarios depend, as they were.
+	// trainRng draws the loss and jitter of packet trains in the clear
+	// (on links with a rate), so that adding them left the draws of
+	// every other datagram, on which seeded scenarios depend, as they
+	// were.
 	trainRng *rand.Rand
 	sites    []*Site
 	byAddr   map[netip.AddrPort]*Site
@@ -109,6 +110,11 @@ type Net struct {
 	// Sent counts the datagrams sites sent; Lost those a down or lossy
 	// link dropped.
 	Sent, Lost int
+	// TrainsDropped counts the packet-train datagrams (in the clear)
+	// dropped because their link has no rate: the dispersion of a train
+	// on an unlimited link says nothing, and without them the scenarios
+	// of links without rates run as they did before trains existed.
+	TrainsDropped int
 	// Tap, when set, sees every datagram a site sends (pkt is only valid
 	// during the call: receivers open sealed datagrams in place).
 	Tap func(from, to netip.AddrPort, pkt []byte)
@@ -362,6 +368,10 @@ func (n *Net) after(s *Site) {
 func (n *Net) drain(s *Site) {
 	rd := s.Core.Ready(s.Local(n.now))
 	for _, o := range rd.Send {
+		if n.unmeasurable(s, o) {
+			n.TrainsDropped++
+			continue
+		}
 		n.Sent++
 		from := s.Addr
 		if s.nat != nil {
@@ -381,7 +391,7 @@ func (n *Net) drain(s *Site) {
 		}
 		l := n.links[[2]int{s.index, dst.index}]
 		rng := n.rng
-		if len(o.Payload) > wire.CommonHeaderLen && wire.Type(o.Payload[2]) == wire.TypeTrain {
+		if isTrain(o.Payload) {
 			rng = n.trainRng
 		}
 		if l.Down || (l.Loss > 0 && rng.Float64() < l.Loss) {
@@ -398,6 +408,25 @@ func (n *Net) drain(s *Site) {
 	if rd.Table != nil {
 		n.recordRoutes(s, rd.Table)
 	}
+}
+
+// isTrain reports whether a datagram is a packet train's or its report,
+// in the clear.
+func isTrain(pkt []byte) bool {
+	return len(pkt) > wire.CommonHeaderLen && wire.Type(pkt[2]) == wire.TypeTrain
+}
+
+// unmeasurable reports whether datagram o from s is a train packet (not
+// a report) in the clear on a link without a rate. Such a link is
+// unlimited: the train's dispersion on it would be its jitter, not a
+// rate. Dropped before anything else sees it, it leaves the scenarios of
+// links without rates as they ran before trains existed.
+func (n *Net) unmeasurable(s *Site, o site.Datagram) bool {
+	if !isTrain(o.Payload) || o.Payload[3]&wire.TrainFlagReport != 0 {
+		return false
+	}
+	dst, ok := n.byAddr[o.To]
+	return ok && n.links[[2]int{s.index, dst.index}].Rate <= 0
 }
 
 // transmit returns how long a datagram of size bytes (payload) entering
