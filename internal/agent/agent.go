@@ -79,6 +79,7 @@ type Agent struct {
 	hs          *handshakes       // the handshake path, with sec
 	history     *history.Recorder // links' last hour and route changes, for the API
 	ctlIn       chan ctlPacket
+	peerCounts  []datapath.PeerCount       // feedThroughput's snapshot (throughput.go)
 	reqs        chan func()                // the API's requests to the control loop
 	kvReqs      chan func(*kvState, int64) // the API's requests to the key router's loop (kv.go)
 	kvBox       *kvBox                     // pools and networks handed to the kv loop (kvdist.go)
@@ -356,6 +357,8 @@ func (a *Agent) controlLoop(ctx context.Context) {
 	defer expire.Stop()
 	mtuCheck := time.NewTicker(mtuCheckInterval)
 	defer mtuCheck.Stop()
+	feed := time.NewTicker(throughputFeed)
+	defer feed.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -376,6 +379,8 @@ func (a *Agent) controlLoop(ctx context.Context) {
 		case <-mtuCheck.C:
 			a.updateMSS()
 			a.reportLoops()
+		case <-feed.C:
+			a.feedThroughput()
 		}
 		a.flush()
 		resetTimer(timer, a.core.Wait(a.clock.Now()))

@@ -62,6 +62,7 @@ func (a *Agent) status() api.Status {
 	s.Forbidden = append(s.Forbidden, forbidden...)
 	s.FloodLoops = a.floodLoops()
 	s.Waiting = a.pending()
+	s.ProbeBytes, s.ProbeBudgetBytesPerSecond = node.Counters().ProbeBytes, node.ProbeBudget()
 	return s
 }
 
@@ -95,7 +96,8 @@ func (a *Agent) links() []api.Link {
 		out = append(out, api.Link{From: l.From, To: l.To, Up: l.Up, ShiftedMs: ms(l.Delay), OneWayMs: ms(l.OneWayEstimate),
 			RTTMs: ms(l.RTT), LossPct: 100 * l.Loss.Rate, LossLowPct: 100 * l.Loss.Low, LossHighPct: 100 * l.Loss.High,
 			LossSamples: l.Loss.Samples, ReturnLossPct: 100 * l.ReturnLoss.Rate, ReturnLossSamples: l.ReturnLoss.Samples,
-			JitterMs: ms(l.Jitter), AgeMs: ms(l.Age), MeanShiftedMs: ms(l.MeanDelay)})
+			JitterMs: ms(l.Jitter), AgeMs: ms(l.Age), MeanShiftedMs: ms(l.MeanDelay),
+			RateMbps: l.Rate.Rate / 1e6, RateKind: rateKind(l.Rate), RateAgeS: l.Rate.Age.Seconds()})
 	}
 	return out
 }
@@ -123,6 +125,7 @@ func (a *Agent) routeView(r *routing.Route) api.Route {
 		v.DirectMs = ms(r.OneWayEstimate + saving)
 		v.SavingMs = ms(saving)
 	}
+	a.bulkView(r, &v)
 	return v
 }
 
@@ -174,6 +177,7 @@ func (a *Agent) why(site string) (api.Why, error) {
 		}
 		w.Candidates = append(w.Candidates, ac)
 	}
+	w.Bulk = a.whyBulk(e.Bulk)
 	return w, nil
 }
 

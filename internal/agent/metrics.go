@@ -28,6 +28,10 @@ func (a *Agent) newRegistry() *prometheus.Registry {
 		read: a.controlCounters,
 	})
 	reg.MustRegister(gaugeSet{a})
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "detour_probe_bytes_total",
+		Help: "Bytes of packet trains (available-throughput probes) this site sent, IP and UDP headers included; see docs/throughput.md.",
+	}, func() float64 { return float64(a.controlCounters()["probe_bytes"]) }))
 	if a.hs != nil {
 		reg.MustRegister(counterSet{
 			desc: prometheus.NewDesc("detour_handshake_total", "Handshake path counters by name: messages admitted to Diffie-Hellman work, dropped by reason (mac1, mac2, rate_limited, queue_full, malformed), cookie replies sent.", []string{"counter"}, nil),
@@ -64,13 +68,14 @@ var (
 	flowsDesc     = prometheus.NewDesc("detour_flows", "Live TCP and UDP flows sent from this site, by class (latency, bulk); counted at the flow tables' last sweep.", []string{"class"}, nil)
 	classFrames   = prometheus.NewDesc("detour_class_frames_total", "Frames sent to other sites by class (latency, bulk); frames that are no TCP or UDP flow are latency.", []string{"class"}, nil)
 	classBytes    = prometheus.NewDesc("detour_class_bytes_total", "Bytes of frames sent to other sites by class (latency, bulk).", []string{"class"}, nil)
+	linkRateDesc  = prometheus.NewDesc("detour_link_rate_bits_per_second", "Estimated available throughput of the direct link to a peer, as the peer reports it.", []string{"peer", "kind"}, nil)
 )
 
 // gaugeSet exports the current links and routes.
 type gaugeSet struct{ a *Agent }
 
 func (g gaugeSet) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{linkDelayDesc, linkLossDesc, routeDesc, routeSaveDesc, membersDesc, flowsDesc, classFrames, classBytes} {
+	for _, d := range []*prometheus.Desc{linkDelayDesc, linkLossDesc, routeDesc, routeSaveDesc, membersDesc, flowsDesc, classFrames, classBytes, linkRateDesc} {
 		ch <- d
 	}
 }
@@ -83,6 +88,9 @@ func (g gaugeSet) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(linkDelayDesc, prometheus.GaugeValue, l.RTTMs/1e3, l.To)
 		ch <- prometheus.MustNewConstMetric(linkLossDesc, prometheus.GaugeValue, l.LossPct/100, l.To)
+		if l.RateMbps > 0 {
+			ch <- prometheus.MustNewConstMetric(linkRateDesc, prometheus.GaugeValue, l.RateMbps*1e6, l.To, l.RateKind)
+		}
 	}
 	for _, r := range g.a.Routes() {
 		relayed := "false"

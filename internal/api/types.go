@@ -63,8 +63,14 @@ type Status struct {
 	// Waiting are the pins and forbidden relays of the run-time state
 	// whose sites have not joined since the agent started ("pin SITE",
 	// "forbid SITE"); they apply when the sites join.
-	Waiting  []string          `json:"waiting_overrides,omitempty"`
-	Counters map[string]uint64 `json:"counters"`
+	Waiting []string `json:"waiting_overrides,omitempty"`
+	// ProbeBytes is what this site's packet trains (available-throughput
+	// probes) cost so far, IP and UDP headers included, and
+	// ProbeBudgetBytesPerSecond the budget they are sent within (zero:
+	// none are sent). See docs/throughput.md.
+	ProbeBytes                uint64            `json:"probe_bytes"`
+	ProbeBudgetBytesPerSecond int               `json:"probe_budget_bytes_per_second"`
+	Counters                  map[string]uint64 `json:"counters"`
 	// KVPools summarises the key router's pools at this gateway (their
 	// totals are also in Counters: kv_requests, kv_replies, kv_errors,
 	// kv_failed_over).
@@ -166,6 +172,12 @@ type Link struct {
 	ReturnLossSamples int     `json:"return_loss_samples,omitempty"`
 	JitterMs          float64 `json:"jitter_ms"`
 	AgeMs             float64 `json:"age_ms"`
+	// RateMbps is the link's available throughput as its receiver (To)
+	// estimates it, RateKind what that rests on (lower-bound, train,
+	// saturated) and RateAgeS its age; absent when nothing is known.
+	RateMbps float64 `json:"rate_mbps,omitempty"`
+	RateKind string  `json:"rate_kind,omitempty"`
+	RateAgeS float64 `json:"rate_age_s,omitempty"`
 }
 
 // Route is this site's path to one destination.
@@ -184,6 +196,20 @@ type Route struct {
 	// Backup is the second path frames are also sent on while Path is in
 	// doubt (probes on it unanswered); empty otherwise.
 	Backup []string `json:"backup,omitempty"`
+	// RateMbps is the available throughput of Path's bottleneck (zero if
+	// unknown), and Bulk the path bulk flows take when it is not Path.
+	RateMbps float64    `json:"rate_mbps,omitempty"`
+	Bulk     *BulkRoute `json:"bulk,omitempty"`
+}
+
+// BulkRoute is the path bulk flows take to a destination: the widest
+// bottleneck within the latency bound of the latency path. ExtraMs is how
+// much longer it is than the latency path (exact).
+type BulkRoute struct {
+	Path      []string `json:"path"`
+	RateMbps  float64  `json:"rate_mbps"`
+	LatencyMs float64  `json:"latency_ms"`
+	ExtraMs   float64  `json:"extra_ms"`
 }
 
 // TIV is a directed pair for which a path through other sites is faster
@@ -203,6 +229,42 @@ type Why struct {
 	Chosen     []string    `json:"chosen"`
 	Reason     string      `json:"reason"`
 	Candidates []Candidate `json:"candidates"`
+	// Bulk explains the path bulk flows take.
+	Bulk *WhyBulk `json:"bulk,omitempty"`
+}
+
+// WhyBulk explains the bulk path to a destination: Chosen is empty when
+// bulk flows take the latency path. A bulk path may be BoundMs longer
+// than the latency path and must offer MinGain times its rate.
+type WhyBulk struct {
+	Enabled      bool            `json:"enabled"`
+	Chosen       []string        `json:"chosen,omitempty"`
+	RateMbps     float64         `json:"rate_mbps"`
+	PathRateMbps float64         `json:"path_rate_mbps"`
+	BoundMs      float64         `json:"bound_ms"`
+	MinGain      float64         `json:"min_gain"`
+	Reason       string          `json:"reason"`
+	Candidates   []BulkCandidate `json:"candidates"`
+}
+
+// BulkCandidate is a path considered for bulk flows, widest first: its
+// bottleneck rate (zero: a link's rate is unknown), how much longer than
+// the latency path it is, and each link's rate.
+type BulkCandidate struct {
+	Path        []string   `json:"path"`
+	RateMbps    float64    `json:"rate_mbps"`
+	ExtraMs     float64    `json:"extra_ms"`
+	WithinBound bool       `json:"within_bound"`
+	Note        string     `json:"note,omitempty"`
+	Links       []LinkRate `json:"links"`
+}
+
+// LinkRate is one link's available throughput and what it rests on.
+type LinkRate struct {
+	From     string  `json:"from"`
+	To       string  `json:"to"`
+	RateMbps float64 `json:"rate_mbps"`
+	Kind     string  `json:"kind"`
 }
 
 // Candidate is one path considered for a destination.

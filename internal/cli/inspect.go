@@ -194,7 +194,8 @@ func printStatus(w io.Writer, raw []byte) error {
 		enc = "encrypted"
 	}
 	fmt.Fprintf(w, "site %s (id %s), detour %s, listening on %s (%s), up %.0f s\n", s.Site, s.ID, s.Version, s.Listen, enc, s.UptimeSeconds)
-	fmt.Fprintf(w, "probing every %.0f ms, a link is down after %.0f ms without a reply\n\n", s.ProbeIntervalMS, s.DownAfterMS)
+	fmt.Fprintf(w, "probing every %.0f ms, a link is down after %.0f ms without a reply\n", s.ProbeIntervalMS, s.DownAfterMS)
+	fmt.Fprintf(w, "throughput probes: %d bytes sent (budget %d bytes/s)\n\n", s.ProbeBytes, s.ProbeBudgetBytesPerSecond)
 	table(w, "MEMBER\tID\tADDRESS\tSTATE\tSINCE", func(tw io.Writer) {
 		for _, m := range s.Members {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1fs\n", m.Name, m.ID, m.Address, m.State, m.SinceSeconds)
@@ -241,10 +242,10 @@ func printLinks(w io.Writer, raw []byte) error {
 	if err := json.Unmarshal(raw, &ls); err != nil {
 		return err
 	}
-	return table(w, "FROM\tTO\tUP\tONE-WAY(est) ms\tSHIFTED ms\tRTT ms\tLOSS % [95 %]\tPROBES\tJITTER ms\tAGE ms", func(tw io.Writer) {
+	return table(w, "FROM\tTO\tUP\tONE-WAY(est) ms\tSHIFTED ms\tRTT ms\tLOSS % [95 %]\tPROBES\tJITTER ms\tRATE Mbit/s\tAGE ms", func(tw io.Writer) {
 		for _, l := range ls {
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%.2f\t%.2f\t%.2f\t%.2f [%.2f, %.2f]\t%d\t%.2f\t%.0f\n", l.From, l.To, l.Up, l.OneWayMs, l.ShiftedMs, l.RTTMs,
-				l.LossPct, l.LossLowPct, l.LossHighPct, l.LossSamples, l.JitterMs, l.AgeMs)
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%.2f\t%.2f\t%.2f\t%.2f [%.2f, %.2f]\t%d\t%.2f\t%s\t%.0f\n", l.From, l.To, l.Up, l.OneWayMs, l.ShiftedMs, l.RTTMs,
+				l.LossPct, l.LossLowPct, l.LossHighPct, l.LossSamples, l.JitterMs, rateText(l.RateMbps, l.RateKind), l.AgeMs)
 		}
 	})
 }
@@ -283,10 +284,14 @@ func printRoutes(w io.Writer, raw []byte) error {
 	if err := json.Unmarshal(raw, &rs); err != nil {
 		return err
 	}
-	return table(w, "DEST\tPATH\tLATENCY ms\tDIRECT ms\tSAVING ms\tCHANGES\tPINNED\tBACKUP (in doubt)", func(tw io.Writer) {
+	return table(w, "DEST\tPATH\tLATENCY ms\tDIRECT ms\tSAVING ms\tRATE Mbit/s\tBULK PATH\tBULK ms\tBULK Mbit/s\tCHANGES\tPINNED\tBACKUP (in doubt)", func(tw io.Writer) {
 		for _, r := range rs {
-			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2f\t%.2f\t%d\t%v\t%s\n", r.Dest, strings.Join(r.Path, " > "), r.LatencyMs, r.DirectMs,
-				r.SavingMs, r.Changes, r.Pinned, dash(strings.Join(r.Backup, " > ")))
+			bulk, bulkMs, bulkRate := "(same)", "-", "-"
+			if b := r.Bulk; b != nil {
+				bulk, bulkMs, bulkRate = strings.Join(b.Path, " > "), fmt.Sprintf("%.2f", b.LatencyMs), fmt.Sprintf("%.1f", b.RateMbps)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", r.Dest, strings.Join(r.Path, " > "), r.LatencyMs, r.DirectMs,
+				r.SavingMs, rateText(r.RateMbps, ""), bulk, bulkMs, bulkRate, r.Changes, r.Pinned, dash(strings.Join(r.Backup, " > ")))
 		}
 	})
 }
@@ -325,11 +330,48 @@ func printWhy(w io.Writer, raw []byte) error {
 		return err
 	}
 	fmt.Fprintf(w, "to %s: %s\n%s\n\n", y.Dest, strings.Join(y.Chosen, " > "), y.Reason)
-	return table(w, "CANDIDATE\tLATENCY ms\tLOSS COST ms\tNOTE", func(tw io.Writer) {
+	err := table(w, "CANDIDATE\tLATENCY ms\tLOSS COST ms\tNOTE", func(tw io.Writer) {
 		for _, c := range y.Candidates {
 			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%s\n", strings.Join(c.Path, " > "), c.LatencyMs, c.LossCostMs, c.Note)
 			for _, l := range c.Links {
 				fmt.Fprintf(tw, "  %s > %s\t\t\tloss %s\n", l.From, l.To, lossText(l))
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return printBulk(w, y.Bulk)
+}
+
+// rateText shows a rate in Mbit/s with what it rests on, or a dash when
+// it is unknown.
+func rateText(mbps float64, kind string) string {
+	if mbps <= 0 {
+		return "-"
+	}
+	if kind == "" {
+		return fmt.Sprintf("%.1f", mbps)
+	}
+	return fmt.Sprintf("%.1f (%s)", mbps, kind)
+}
+
+// printBulk prints why the bulk path to a destination is what it is.
+func printBulk(w io.Writer, b *api.WhyBulk) error {
+	if b == nil {
+		return nil
+	}
+	chosen := "the latency path"
+	if len(b.Chosen) > 0 {
+		chosen = strings.Join(b.Chosen, " > ")
+	}
+	fmt.Fprintf(w, "\nbulk flows: %s\n%s\n(a bulk path may be up to %.2f ms longer than the latency path and must offer %.2g× its rate)\n\n",
+		chosen, b.Reason, b.BoundMs, b.MinGain)
+	return table(w, "BULK CANDIDATE\tRATE Mbit/s\tEXTRA ms\tNOTE", func(tw io.Writer) {
+		for _, c := range b.Candidates {
+			fmt.Fprintf(tw, "%s\t%s\t%+.2f\t%s\n", strings.Join(c.Path, " > "), rateText(c.RateMbps, ""), c.ExtraMs, c.Note)
+			for _, l := range c.Links {
+				fmt.Fprintf(tw, "  %s > %s\t%s\t\t\n", l.From, l.To, rateText(l.RateMbps, l.Kind))
 			}
 		}
 	})

@@ -69,11 +69,14 @@ type Config struct {
 	// only where a failure must be covered at once. False keeps the
 	// earlier scheme: every link probed alike, every report the whole
 	// row.
-	Economy   bool
-	LinkState linkstate.OriginatorConfig
-	Routing   routing.Config
-	Filter    measure.FilterConfig
-	Loss      measure.LossConfig
+	Economy bool
+	// Throughput tunes the estimation of available throughput and its
+	// packet trains (throughput.go).
+	Throughput ThroughputConfig
+	LinkState  linkstate.OriginatorConfig
+	Routing    routing.Config
+	Filter     measure.FilterConfig
+	Loss       measure.LossConfig
 }
 
 // DefaultMaxProbeRate is the default cap on probes per second per site:
@@ -101,6 +104,7 @@ func DefaultConfig(name string, advertise netip.AddrPort, bootstrap ...netip.Add
 		BootstrapInterval: time.Second,
 		ExpireAfter:       3500 * time.Millisecond,
 		ForgetAfter:       5 * time.Minute,
+		Throughput:        DefaultThroughputConfig(),
 		LinkState:         linkstate.DefaultOriginatorConfig(),
 		Routing:           routing.DefaultConfig(),
 		Filter:            measure.DefaultFilterConfig(),
@@ -146,6 +150,9 @@ func (c *Config) Validate() error {
 		if !b.IsValid() || b.Port() == 0 {
 			return configErr("bootstrap address %v is not a usable address:port", b)
 		}
+	}
+	if err := c.Throughput.validate(); err != nil {
+		return err
 	}
 	if err := c.Routing.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)

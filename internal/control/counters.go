@@ -50,6 +50,12 @@ type Counters struct {
 	// Roamed counts the members whose address followed the source of
 	// their authenticated datagrams (Roam).
 	Roamed uint64
+	// TrainsSent counts the packet trains sent and ProbeBytes their
+	// bytes, IP and UDP headers included (the probe budget's spending);
+	// TrainPacketsIn counts the train packets received and TrainReports
+	// the reports of this site's trains (throughput.go).
+	TrainsSent, ProbeBytes       uint64
+	TrainPacketsIn, TrainReports uint64
 }
 
 // DroppedByKind returns the non-zero drop counters by name.

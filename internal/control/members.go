@@ -67,6 +67,13 @@ type member struct {
 	drift drift
 	// smooth (Economy) averages the delay estimate over time.
 	smooth smoothed
+	// rate estimates the available throughput of the link from the
+	// member (nil until used; throughput.go), outRate is the rate of the
+	// link to it as its last train report said, and lastTrain when this
+	// site last sent it a train.
+	rate      *measure.RateEstimator
+	outRate   measure.RateEstimate
+	lastTrain time.Time
 }
 
 func (n *Node) measureConfig() measure.Config {

@@ -111,6 +111,11 @@ type Node struct {
 	deadlineStale bool             // deadline must be recomputed
 	sorted        []*member        // sortedMembers' cache; nil when stale
 	switches      []routing.Switch // path changes not yet taken by Switches
+	// The probe budget's token bucket (bytes, last filled at tokensAt)
+	// and the last train's ID (throughput.go).
+	tokens   float64
+	tokensAt time.Time
+	trainSeq uint32
 }
 
 // maxPendingSwitches bounds the path changes kept for Switches between two
@@ -197,6 +202,8 @@ func (n *Node) Tick(now time.Time) {
 	}
 	n.bootstrap(now)
 	n.probe(now)
+	n.expireTrains(now)
+	n.trains(now)
 	if need, urgent := n.refreshNeeded(now); urgent && n.cfg.Economy {
 		n.refresh(now) // a link turned suspect or down: its routes move now
 	} else if need {
@@ -403,6 +410,11 @@ func (n *Node) ownLinks(now time.Time) []linkstate.Link {
 		}
 		l := linkstate.Link{From: n.self, To: m.id, Up: s.Up, Delay: s.Delay, RTT: s.RTT, Jitter: s.Jitter,
 			Loss: s.Loss.Rate, LossSamples: s.Loss.Samples, At: now}
+		if m.rate != nil {
+			if e := m.rate.Estimate(now); e.Valid() {
+				l.RevRate, l.RevRateKind, l.RevRateAge = e.Rate, uint8(e.Kind), now.Sub(e.At)
+			}
+		}
 		if n.cfg.Economy && s.Valid {
 			l.DriftPPM = m.drift.update(now, s.Delay-s.RTT/2)
 			l.Delay = m.smooth.update(now, s.Delay, l.DriftPPM)
@@ -516,6 +528,7 @@ func (n *Node) route(now time.Time) {
 		for _, l := range o.Links {
 			if l.Up {
 				e := routing.Edge{Delay: l.DelayAt(now), RTT: l.RTT, Loss: n.lossEstimate(l, z)}
+				e.Rate, e.RateKind, _, _ = n.db.Rate(now, from, l.To)
 				e.Suspect = from == n.self && n.suspect(now, n.members[l.To])
 				e.Settling = !l.Flapping && now.Sub(l.UpSince) < n.settleTime()
 				mx.Set(from, l.To, e)

@@ -46,6 +46,8 @@ func (n *Node) receive(now time.Time, from netip.AddrPort, pkt []byte) error {
 		return n.onMembers(now, from, pkt)
 	case wire.TypeLeave:
 		return n.onLeave(now, pkt)
+	case wire.TypeTrain:
+		return n.onTrain(now, pkt)
 	case wire.TypeData:
 		return ErrNotControl
 	}
@@ -100,6 +102,7 @@ func (n *Node) onProbe(now time.Time, from netip.AddrPort, pkt []byte) error {
 	}
 	n.heard(now, m)
 	m.probesIn++
+	n.onProbeDelay(now, m, p.SendTime)
 	stamp := now.UnixNano()
 	n.emit(m.addr, buildProbeReply(n.self, &p, stamp, stamp, m.probesIn))
 	return nil

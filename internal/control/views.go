@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/detour-overlay/detour/internal/measure"
 	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/wire"
 )
@@ -59,6 +60,9 @@ type LinkView struct {
 	Jitter     time.Duration
 	// Age is the age of the report carrying this link (local clock).
 	Age time.Duration
+	// Rate is the link's available throughput as its receiver (To)
+	// reported it.
+	Rate RateView
 }
 
 // Links returns the link matrix as this site holds it: every origin's
@@ -72,6 +76,9 @@ func (n *Node) Links(now time.Time) []LinkView {
 			v := LinkView{From: n.NameOf(l.From), To: n.NameOf(l.To), FromID: l.From, ToID: l.To, Up: l.Up,
 				Delay: l.Delay, OneWayEstimate: l.RTT / 2, RTT: l.RTT, Loss: n.lossEstimate(l, z), Jitter: l.Jitter,
 				Age: now.Sub(o.Received)}
+			if rate, kind, age, ok := n.db.Rate(now, l.From, l.To); ok {
+				v.Rate = RateView{Rate: rate, Kind: measure.RateKind(kind).String(), Age: age}
+			}
 			if m := n.members[l.To]; id == n.self && m != nil {
 				s := m.link.Stats(now)
 				v.MeanDelay = s.MeanDelay

@@ -100,6 +100,7 @@ func (in *ingress) handle(m *transport.Message) {
 		e.stats.DropCrypto.Add(1) // a plaintext packet where keys are configured
 		return
 	}
+	e.stats.Peers.Count(prevHop(h), m.N)
 	if int(h.Hop) == int(h.PathLen)-1 {
 		in.deliver(pkt, off)
 		return

@@ -55,6 +55,9 @@ type Stats struct {
 	DropHoldOverflow   atomic.Uint64 // packets beyond the bound of a hold queue
 	DropCrypto         atomic.Uint64 // packets that failed sealing, authentication or the replay check
 	DropDuplicate      atomic.Uint64 // second copies of a frame (sent on two paths) and packets too old to tell
+
+	// Peers counts the data received per previous hop (peerstats.go).
+	Peers PeerStats
 }
 
 // Flows returns how many flows of each class are live, as of the last

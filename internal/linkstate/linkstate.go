@@ -46,6 +46,14 @@ type Link struct {
 	// DriftPPM is how fast the origin sees Delay move with the clocks'
 	// skew, in parts per million: DelayAt extrapolates by it.
 	DriftPPM int
+	// RevRate is the available throughput of the reverse link, To →
+	// From, in bits per second, as From (that link's receiver) estimates
+	// it; RevRateKind says what it rests on (wire.RateKind*, zero when
+	// nothing is known) and RevRateAge how old the estimate was at At
+	// (see RateAge).
+	RevRate     float64
+	RevRateKind uint8
+	RevRateAge  time.Duration
 	// seq is the sequence number of the message that last set this
 	// entry: a delta message updates only entries older than itself.
 	seq uint32
@@ -61,6 +69,14 @@ func (l Link) DelayAt(now time.Time) time.Duration {
 		return l.Delay
 	}
 	return l.Delay + time.Duration(float64(now.Sub(l.At))*float64(l.DriftPPM)/1e6)
+}
+
+// RateAge returns how old the reverse rate estimate is at now.
+func (l Link) RateAge(now time.Time) time.Duration {
+	if l.At.IsZero() {
+		return l.RevRateAge
+	}
+	return l.RevRateAge + now.Sub(l.At)
 }
 
 // FlapWindow is how soon after going down a link that comes back up is
@@ -316,9 +332,25 @@ func (db *DB) Fresh(now time.Time, id wire.SiteID) bool {
 
 // FromWire converts a wire entry of origin from.
 func FromWire(from wire.SiteID, e *wire.LinkEntry) Link {
-	return Link{From: from, To: e.Peer, Up: e.Up(), Delay: time.Duration(e.Delay),
+	l := Link{From: from, To: e.Peer, Up: e.Up(), Delay: time.Duration(e.Delay),
 		RTT: wire.MicrosFromWire(e.RTT), Jitter: wire.MicrosFromWire(uint32(e.Jitter)),
 		Loss: wire.LossFromWire(e.Loss), LossSamples: int(e.LossSamples), DriftPPM: int(e.Drift)}
+	if e.RevRateKind != wire.RateKindNone && e.RevRate > 0 {
+		l.RevRate, l.RevRateKind = float64(e.RevRate)*1e3, e.RevRateKind
+		l.RevRateAge = time.Duration(e.RevRateAge) * time.Second
+	}
+	return l
+}
+
+// Rate returns the available throughput of the link from → to, in bits
+// per second, as to (its receiver) reported it, with what it rests on and
+// its age at now; ok is false when nothing is known.
+func (db *DB) Rate(now time.Time, from, to wire.SiteID) (rate float64, kind uint8, age time.Duration, ok bool) {
+	l, found := db.Link(to, from)
+	if !found || l.RevRateKind == wire.RateKindNone || l.RevRate <= 0 {
+		return 0, 0, 0, false
+	}
+	return l.RevRate, l.RevRateKind, l.RateAge(now), true
 }
 
 // ToWire converts a link to its wire entry.
@@ -328,6 +360,11 @@ func ToWire(l Link) wire.LinkEntry {
 		Delay: int64(l.Delay), Drift: int8(min(max(l.DriftPPM, -127), 127))}
 	if l.Up {
 		e.Flags |= wire.LinkFlagUp
+	}
+	if l.RevRateKind != wire.RateKindNone && l.RevRate >= 500 {
+		e.RevRate = uint32(min(l.RevRate/1e3+0.5, float64(^uint32(0))))
+		e.RevRateKind = l.RevRateKind
+		e.RevRateAge = uint8(min(max(l.RevRateAge/time.Second, 0), 255))
 	}
 	return e
 }

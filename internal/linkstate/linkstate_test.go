@@ -133,13 +133,17 @@ func TestLongRowSplit(t *testing.T) {
 		links = append(links, Link{From: 1, To: to, Up: true, Delay: time.Duration(to) * time.Millisecond, RTT: 20 * time.Millisecond})
 	}
 	msgs := o.Build(t0, links)
-	if len(msgs) != 2 || len(msgs[0].Entries)+len(msgs[1].Entries) != 100 {
-		t.Fatalf("100 links in %d messages", len(msgs))
+	carried := 0
+	for _, m := range msgs {
+		carried += len(m.Entries)
+	}
+	if len(msgs) != (100+wire.MaxRatedLinkEntries-1)/wire.MaxRatedLinkEntries || carried != 100 {
+		t.Fatalf("100 links in %d messages carrying %d", len(msgs), carried)
 	}
 	db := NewDB(time.Hour)
 	for i := range msgs {
-		if !msgs[i].Delta || msgs[i].Seq != uint32(i+1) {
-			t.Fatalf("message %d: delta %v, seq %d", i, msgs[i].Delta, msgs[i].Seq)
+		if !msgs[i].Delta || !msgs[i].Rates || msgs[i].Seq != uint32(i+1) {
+			t.Fatalf("message %d: delta %v, rates %v, seq %d", i, msgs[i].Delta, msgs[i].Rates, msgs[i].Seq)
 		}
 		b, err := wire.AppendLinkState(nil, &msgs[i])
 		if err != nil || len(b) > 1400 {
@@ -153,7 +157,7 @@ func TestLongRowSplit(t *testing.T) {
 		}
 	}
 	short := o.Build(t0.Add(time.Second), links[:3])
-	if len(short) != 1 || short[0].Delta {
+	if len(short) != 1 || short[0].Delta || !short[0].Rates {
 		t.Fatalf("a row of 3 links: %d messages, delta %v", len(short), short[0].Delta)
 	}
 	db.Apply(t0.Add(time.Second), &short[0])

@@ -130,7 +130,7 @@ func (o *Originator) significant(p, l Link) bool {
 	if p.Up != l.Up {
 		return true
 	}
-	if abs(l.Delay-p.DelayAt(l.At)) >= o.cfg.DelayChange {
+	if abs(l.Delay-p.DelayAt(l.At)) >= o.cfg.DelayChange || rateMoved(p, l) {
 		return true
 	}
 	rttTh := max(o.cfg.RTTChange, time.Duration(o.cfg.RTTFraction*float64(p.RTT)))
@@ -142,19 +142,19 @@ func (o *Originator) significant(p, l Link) bool {
 }
 
 // Build returns the next messages carrying links and records them as
-// sent. A row that fits in one message (wire.MaxLinkEntries links) is sent
-// whole, replacing what receivers hold. A longer one is split, sorted by
-// peer ID, into delta messages, each with its own sequence number, that
-// receivers apply entry by entry (as the delta scheme's rows are): a whole
-// row cut short would make every receiver drop the links beyond it, and
-// note them as gone down.
+// sent. A row that fits in one message with its rate section
+// (wire.MaxRatedLinkEntries links) is sent whole, replacing what receivers
+// hold. A longer one is split, sorted by peer ID, into delta messages, each
+// with its own sequence number and rates, that receivers apply entry by
+// entry (as the delta scheme's rows are): a whole row cut short would make
+// every receiver drop the links beyond it, and note them as gone down.
 func (o *Originator) Build(now time.Time, links []Link) []wire.LinkState {
 	o.lastAt = now
 	clear(o.last)
 	for _, l := range links {
 		o.last[l.To] = l
 	}
-	return o.chunks(links, len(links) > wire.MaxLinkEntries)
+	return o.chunks(links, len(links) > wire.MaxRatedLinkEntries)
 }
 
 // Seq returns the sequence number of the last message built.
@@ -174,6 +174,26 @@ func (o *Originator) pending(l Link) bool {
 	return !ok || p.repeats > 0 || o.moved(p.link, l)
 }
 
+// rateChange is the relative change of a reverse rate estimate that is
+// sent at once: less is within the noise of the estimators.
+const rateChange = 0.2
+
+// rateMoved reports whether the reverse rate estimate changed in kind or
+// by rateChange or more.
+func rateMoved(p, l Link) bool {
+	if p.RevRateKind != l.RevRateKind {
+		return true
+	}
+	return l.RevRateKind != wire.RateKindNone && abs64(l.RevRate-p.RevRate) >= rateChange*max(l.RevRate, p.RevRate)
+}
+
+func abs64(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
 // lossMoved reports whether a lossy link's sample count doubled or halved
 // since it was sent, which changes its confidence interval at the
 // receivers.
@@ -188,7 +208,7 @@ func lossMoved(p, l Link) bool {
 // records what they carry as sent: the links pending (new, moved, or
 // repeated), and the share of the others due for refresh, oldest sent
 // first: len(links) × the time since the last message / FullRefresh,
-// rounded up. Links beyond wire.MaxLinkEntries go into further messages,
+// rounded up. Links beyond wire.MaxRatedLinkEntries go into further messages,
 // each with its own sequence number. With nothing to carry it returns
 // one empty message, which keeps the report fresh.
 func (o *Originator) BuildDelta(now time.Time, links []Link) []wire.LinkState {
@@ -257,16 +277,16 @@ func (o *Originator) Full(links []Link) []wire.LinkState {
 }
 
 // chunks puts links, sorted by peer ID, into messages of at most
-// wire.MaxLinkEntries entries, each with the next sequence number (one
+// wire.MaxRatedLinkEntries entries (with the rate section), each with the next sequence number (one
 // empty message when there are none).
 func (o *Originator) chunks(links []Link, delta bool) []wire.LinkState {
 	sorted := slices.Clone(links)
 	slices.SortFunc(sorted, func(a, b Link) int { return int(int64(a.To) - int64(b.To)) })
 	var out []wire.LinkState
 	for first := true; first || len(sorted) > 0; first = false {
-		k := min(len(sorted), wire.MaxLinkEntries)
+		k := min(len(sorted), wire.MaxRatedLinkEntries)
 		o.seq++
-		ls := wire.LinkState{Origin: o.self, Incarnation: o.incarnation, Seq: o.seq, Delta: delta,
+		ls := wire.LinkState{Origin: o.self, Incarnation: o.incarnation, Seq: o.seq, Delta: delta, Rates: true,
 			Entries: make([]wire.LinkEntry, 0, k)}
 		for _, l := range sorted[:k] {
 			ls.Entries = append(ls.Entries, ToWire(l))

@@ -68,6 +68,8 @@ type Explanation struct {
 	Switches    int
 	LastSwitch  Switch
 	Reason      string
+	// Bulk explains the bulk path (Route.Bulk).
+	Bulk BulkExplanation
 }
 
 // Why explains the route to dst on the matrix of the last Update.
@@ -93,6 +95,7 @@ func (r *Router) Why(now time.Time, dst wire.SiteID) Explanation {
 		ex.Threshold = r.threshold(r.metricsOf(m, ex.Candidates[0].Path))
 	}
 	ex.Reason = r.reason(now, ex, best)
+	ex.Bulk = r.whyBulk(m, dst, d)
 	return ex
 }
 

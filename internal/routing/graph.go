@@ -25,6 +25,11 @@ type Edge struct {
 	// their window: a route over it is not damped, since its changes
 	// follow the estimates settling, not a link that flaps.
 	Settling bool
+	// Rate is the link's available throughput in bits per second (zero:
+	// unknown), as its receiver estimates it, and RateKind what that rests
+	// on (wire.RateKind*). Only the bulk path (Route.Bulk) uses them.
+	Rate     float64
+	RateKind uint8
 }
 
 // Loss is a link's loss rate with its confidence interval.

@@ -18,7 +18,7 @@ func (r *Router) publish(now time.Time, m *Matrix) {
 	for id, d := range r.dests {
 		mt, _ := m.Measure(r.cfg.Weights, r.self, d.path)
 		dt, up := m.Measure(r.cfg.Weights, r.self, []wire.SiteID{id})
-		key[id] = tableEntry{path: fmt.Sprint(d.path), backup: fmt.Sprint(d.backup), delay: mt.Delay, direct: dt.Delay, directUp: up}
+		key[id] = tableEntry{path: fmt.Sprint(d.path), backup: fmt.Sprint(d.backup), bulk: fmt.Sprint(d.bulk), delay: mt.Delay, direct: dt.Delay, directUp: up}
 	}
 	if !r.dirty && !drifted(r.tableKey, key) {
 		return
@@ -42,7 +42,7 @@ func drifted(old, cur map[wire.SiteID]tableEntry) bool {
 	}
 	for id, c := range cur {
 		o, ok := old[id]
-		if !ok || o.path != c.path || o.backup != c.backup || abs(o.delay-c.delay) > tableDrift ||
+		if !ok || o.path != c.path || o.backup != c.backup || o.bulk != c.bulk || abs(o.delay-c.delay) > tableDrift ||
 			o.directUp != c.directUp || abs(o.direct-c.direct) > tableDrift {
 			return true
 		}
@@ -78,6 +78,7 @@ func (r *Router) route(m *Matrix, id wire.SiteID, d *dest, back []wire.SiteID) *
 			rt.Backup, rt.BackupFirstHop = d.backup, bf
 		}
 	}
+	rt.Bulk = r.bulkRoute(m, d)
 	rt.RTTEstimate = mt.RTT
 	if back != nil {
 		if bm, ok := m.Measure(r.cfg.Weights, id, back); ok {

@@ -175,6 +175,13 @@ type dest struct {
 	// backup is the best path avoiding the suspect links and sites while
 	// path is in doubt, nil otherwise.
 	backup []wire.SiteID
+	// bulk is the bulk path (nil: bulk flows take path), chosen at
+	// bulkSwitch for bulkReason, on the bottleneck
+	// rates bulkRate and, for path, bulkPathRate (bulk.go).
+	bulk                   []wire.SiteID
+	bulkSwitch             time.Time
+	bulkReason             string
+	bulkRate, bulkPathRate float64
 }
 
 // Router selects the routes of one site and keeps the hysteresis state.
@@ -200,6 +207,7 @@ type Router struct {
 type tableEntry struct {
 	path     string
 	backup   string
+	bulk     string
 	delay    time.Duration
 	direct   time.Duration // the direct link's delay, shown beside the path
 	directUp bool
@@ -290,6 +298,7 @@ func (r *Router) Update(now time.Time, m *Matrix, addrs map[wire.SiteID]netip.Ad
 	r.matrix = m
 	best := m.ShortestPaths(r.cfg.Weights, r.self, r.cfg.MaxHops, r.noRelay)
 	r.spareRoutes(m)
+	rates := r.cfg.Bulk.Enabled && m.HasRates()
 	var switches []Switch
 	for id := range r.dests {
 		if _, ok := best[id]; !ok {
@@ -306,6 +315,11 @@ func (r *Router) Update(now time.Time, m *Matrix, addrs map[wire.SiteID]netip.Ad
 			switches = append(switches, s)
 		}
 		r.setBackup(m, id)
+		if rates {
+			r.selectBulk(now, m, id, r.dests[id])
+		} else {
+			r.noBulk(r.dests[id])
+		}
 	}
 	if !maps.Equal(r.addrs, addrs) {
 		r.addrs = maps.Clone(addrs)

@@ -39,6 +39,12 @@ type Link struct {
 	Jitter time.Duration // uniform in [0, Jitter), added to Delay
 	Loss   float64
 	Down   bool
+	// Rate, when not zero, makes the link a FIFO transmitter of Rate
+	// bits per second (as the lab's WAN emulator models one): a datagram
+	// of n bytes (IP and UDP headers, 28 bytes, included) waits for those
+	// before it and takes 8n/Rate to send, then Delay to arrive. The
+	// queue has no limit.
+	Rate float64
 }
 
 // Site is one simulated site.
@@ -78,19 +84,25 @@ type RouteChange struct {
 
 // Net is the simulated network.
 type Net struct {
-	start   time.Time
-	now     time.Time
-	seed    uint64
-	sealed  bool
-	caKey   ed25519.PrivateKey // the overlay CA of a SealedCA network
-	rng     *rand.Rand
-	sites   []*Site
-	byAddr  map[netip.AddrPort]*Site
-	byName  map[string]*Site
-	links   map[[2]int]Link
-	queue   eventQueue
-	seq     uint64
-	Changes []RouteChange
+	start  time.Time
+	now    time.Time
+	seed   uint64
+	sealed bool
+	caKey  ed25519.PrivateKey // the overlay CA of a SealedCA network
+	rng    *rand.Rand
+	// trainRng draws the loss and jitter of packet trains in the clear
+	// (on links with a rate), so that adding them left the draws of
+	// every other datagram, on which seeded scenarios depend, as they
+	// were.
+	trainRng *rand.Rand
+	sites    []*Site
+	byAddr   map[netip.AddrPort]*Site
+	byName   map[string]*Site
+	links    map[[2]int]Link
+	busy     map[[2]int]time.Time // when each rated link finishes its last datagram
+	queue    eventQueue
+	seq      uint64
+	Changes  []RouteChange
 	// Undeliverable counts datagrams sent to an address no site has.
 	Undeliverable int
 	// Filtered counts datagrams a site's NAT did not let in.
@@ -98,6 +110,11 @@ type Net struct {
 	// Sent counts the datagrams sites sent; Lost those a down or lossy
 	// link dropped.
 	Sent, Lost int
+	// TrainsDropped counts the packet-train datagrams (in the clear)
+	// dropped because their link has no rate: the dispersion of a train
+	// on an unlimited link says nothing, and without them the scenarios
+	// of links without rates run as they did before trains existed.
+	TrainsDropped int
 	// Tap, when set, sees every datagram a site sends (pkt is only valid
 	// during the call: receivers open sealed datagrams in place).
 	Tap func(from, to netip.AddrPort, pkt []byte)
@@ -111,7 +128,8 @@ var Start = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // New returns an empty network seeded with seed.
 func New(seed uint64) *Net {
 	return &Net{start: Start, now: Start, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		byAddr: map[netip.AddrPort]*Site{}, byName: map[string]*Site{}, links: map[[2]int]Link{}}
+		trainRng: rand.New(rand.NewPCG(seed, seed^0x7a41)),
+		byAddr:   map[netip.AddrPort]*Site{}, byName: map[string]*Site{}, links: map[[2]int]Link{}, busy: map[[2]int]time.Time{}}
 }
 
 // Sealed returns an empty network seeded with seed whose sites seal their
@@ -350,6 +368,10 @@ func (n *Net) after(s *Site) {
 func (n *Net) drain(s *Site) {
 	rd := s.Core.Ready(s.Local(n.now))
 	for _, o := range rd.Send {
+		if n.unmeasurable(s, o) {
+			n.TrainsDropped++
+			continue
+		}
 		n.Sent++
 		from := s.Addr
 		if s.nat != nil {
@@ -368,13 +390,17 @@ func (n *Net) drain(s *Site) {
 			continue
 		}
 		l := n.links[[2]int{s.index, dst.index}]
-		if l.Down || (l.Loss > 0 && n.rng.Float64() < l.Loss) {
+		rng := n.rng
+		if isTrain(o.Payload) {
+			rng = n.trainRng
+		}
+		if l.Down || (l.Loss > 0 && rng.Float64() < l.Loss) {
 			n.Lost++
 			continue
 		}
-		d := l.Delay
+		d := l.Delay + n.transmit(s.index, dst.index, l, len(o.Payload))
 		if l.Jitter > 0 {
-			d += time.Duration(n.rng.Int64N(int64(l.Jitter)))
+			d += time.Duration(rng.Int64N(int64(l.Jitter)))
 		}
 		n.push(&event{at: n.now.Add(d), site: dst, from: from, pkt: o.Payload})
 	}
@@ -382,6 +408,42 @@ func (n *Net) drain(s *Site) {
 	if rd.Table != nil {
 		n.recordRoutes(s, rd.Table)
 	}
+}
+
+// isTrain reports whether a datagram is a packet train's or its report,
+// in the clear.
+func isTrain(pkt []byte) bool {
+	return len(pkt) > wire.CommonHeaderLen && wire.Type(pkt[2]) == wire.TypeTrain
+}
+
+// unmeasurable reports whether datagram o from s is a train packet (not
+// a report) in the clear on a link without a rate. Such a link is
+// unlimited: the train's dispersion on it would be its jitter, not a
+// rate. Dropped before anything else sees it, it leaves the scenarios of
+// links without rates as they ran before trains existed.
+func (n *Net) unmeasurable(s *Site, o site.Datagram) bool {
+	if !isTrain(o.Payload) || o.Payload[3]&wire.TrainFlagReport != 0 {
+		return false
+	}
+	dst, ok := n.byAddr[o.To]
+	return ok && n.links[[2]int{s.index, dst.index}].Rate <= 0
+}
+
+// transmit returns how long a datagram of size bytes (payload) entering
+// link (a, b) now waits and takes to be sent: zero on a link without a
+// rate.
+func (n *Net) transmit(a, b int, l Link, size int) time.Duration {
+	if l.Rate <= 0 {
+		return 0
+	}
+	k := [2]int{a, b}
+	start := n.busy[k]
+	if start.Before(n.now) {
+		start = n.now
+	}
+	done := start.Add(time.Duration(float64(size+28) * 8 / l.Rate * 1e9))
+	n.busy[k] = done
+	return done.Sub(n.now)
 }
 
 // recordRoutes appends the changes between a site's last seen table and
@@ -484,6 +546,20 @@ func FromScenario(sc *scenario.Scenario, seed uint64, configure func(*control.Co
 			if i != j {
 				p := sc.Link(i, j)
 				n.links[[2]int{i, j}] = Link{Delay: p.Delay, Jitter: p.Jitter, Loss: p.Loss}
+			}
+		}
+	}
+	return n
+}
+
+// WithRates gives every link the rate of the scenario's link (FromScenario
+// leaves links without one, so that no datagram queues).
+func (n *Net) WithRates(sc *scenario.Scenario) *Net {
+	for i := range sc.Sites {
+		for j := range sc.Sites {
+			if l, ok := n.links[[2]int{i, j}]; ok && i != j {
+				l.Rate = float64(sc.Link(i, j).Rate)
+				n.links[[2]int{i, j}] = l
 			}
 		}
 	}

@@ -246,6 +246,8 @@ func parseAny(b []byte) error {
 		return err
 	case TypeLeave:
 		return ParseLeave(b, new(Leave))
+	case TypeTrain:
+		return ParseTrain(b, new(Train))
 	}
 	return ErrMalformed
 }
@@ -264,6 +266,10 @@ func FuzzControl(f *testing.F) {
 	mb, _ := AppendMembers(nil, 1, ms)
 	f.Add(mb)
 	f.Add(AppendLeave(nil, &Leave{Sender: 1, Incarnation: 2}))
+	rated, _ := AppendLinkState(nil, &LinkState{Origin: 1, Rates: true, Entries: []LinkEntry{{Peer: 2, RevRate: 20000, RevRateKind: RateKindTrain, RevRateAge: 3}}})
+	f.Add(rated)
+	f.Add(AppendTrainPacket(nil, &Train{Sender: 1, Receiver: 2, ID: 3, Index: 4, Count: 24}, 64))
+	f.Add(AppendTrainReport(nil, &Train{Sender: 2, Receiver: 1, ID: 3, Index: 24, Count: 24, Rate: 200000}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		restamped := append([]byte(nil), b...)
 		if Restamp(restamped, 1<<40) && parseAny(restamped) != parseAny(b) {
@@ -302,6 +308,14 @@ func checkReencode(t *testing.T, b []byte) {
 			t.Fatalf("link state round trip: %v", err)
 		}
 		return
+	case TypeTrain:
+		var tr Train
+		ParseTrain(b, &tr)
+		if tr.Report {
+			out = AppendTrainReport(nil, &tr)
+		} else {
+			out = AppendTrainPacket(nil, &tr, 0) // the header; the padding is not compared
+		}
 	case TypeHello:
 		var m Member
 		ParseHello(b, &m)

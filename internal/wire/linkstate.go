@@ -66,6 +66,28 @@ import "time"
 // the message is the origin's whole row and replaces what is held. A
 // row too long for one datagram is sent as several delta messages.
 
+// Flag 0x04 (FlagRates) says a rate section follows the entries: one
+// 4-byte record per entry, in the entries' order, giving the available
+// throughput of the reverse direction of the entry's link, from the peer
+// to the origin, as the origin (that direction's receiver) estimates it.
+// Every site then knows the rate of every directed link: the rate of
+// u → v is in v's report, its delay in u's.
+//
+//	 0                   1                   2                   3
+//	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|  exp  |  rate mantissa (12)   |   rate kind   |  age, seconds |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//
+// The rate is mantissa << exp kbit/s (up to 134 Gbit/s, within 1/2048 of
+// the value sent). The kind says what it rests on (RateKind*: 0 nothing
+// known, 1 a lower bound from detour's own traffic, 2 a packet train, 3
+// detour's own traffic filling the link; others are read as 0) and the age
+// how old the estimate is (saturated at 255). Older sites ignore the
+// flag and the bytes after the entries, so a report with rates parses
+// there as before; a report without the flag has no rates. A message
+// with the section carries at most MaxRatedLinkEntries entries.
+
 // Link-state sizes.
 const (
 	LinkStateFixedLen = CommonHeaderLen + 4 + 8 + 4 + 4
@@ -73,6 +95,22 @@ const (
 	// MaxLinkEntries bounds the entries of one message so that it fits in
 	// a 1400-byte datagram.
 	MaxLinkEntries = (1400 - LinkStateFixedLen) / LinkEntryLen
+	// LinkRateLen is the length of one record of the rate section.
+	LinkRateLen = 4
+	// MaxRatedLinkEntries bounds the entries of a message with a rate
+	// section so that it fits in a 1400-byte datagram.
+	MaxRatedLinkEntries = (1400 - LinkStateFixedLen) / (LinkEntryLen + LinkRateLen)
+)
+
+// FlagRates marks a link-state message with a rate section.
+const FlagRates uint8 = 1 << 2
+
+// Rate kinds of the rate section.
+const (
+	RateKindNone       uint8 = 0
+	RateKindLowerBound uint8 = 1
+	RateKindTrain      uint8 = 2
+	RateKindSaturated  uint8 = 3
 )
 
 // FlagLossSamples marks a link-state message whose entries carry the
@@ -98,6 +136,13 @@ type LinkEntry struct {
 	// Drift is the rate of change of Delay with clock skew, in ppm.
 	Drift int8
 	Delay int64 // offset-shifted one-way delay, nanoseconds
+	// RevRate is the available throughput of the reverse direction (peer
+	// to origin) in kbit/s, as the rate section carries it (rounded by
+	// RateToWire), RevRateKind what it rests on and RevRateAge its age in
+	// seconds; all zero in a message without the section.
+	RevRate     uint32
+	RevRateKind uint8
+	RevRateAge  uint8
 }
 
 // Up reports whether the link is up.
@@ -111,7 +156,9 @@ type LinkState struct {
 	Seq         uint32
 	// Delta says the entries update the origin's row rather than
 	// replace it (FlagDelta).
-	Delta   bool
+	Delta bool
+	// Rates says the message carries the rate section (FlagRates).
+	Rates   bool
 	Entries []LinkEntry
 }
 
@@ -119,15 +166,19 @@ type LinkState struct {
 func LinkStateLen(n int) int { return LinkStateFixedLen + n*LinkEntryLen }
 
 // AppendLinkState appends the encoding of ls to b. It returns ErrMalformed if
-// ls has more than MaxLinkEntries entries.
+// ls has more than MaxLinkEntries entries, or more than MaxRatedLinkEntries
+// with Rates.
 func AppendLinkState(b []byte, ls *LinkState) ([]byte, error) {
-	if len(ls.Entries) > MaxLinkEntries {
+	if len(ls.Entries) > MaxLinkEntries || (ls.Rates && len(ls.Entries) > MaxRatedLinkEntries) {
 		return b, ErrMalformed
 	}
 	var h [LinkStateFixedLen]byte
 	flags := FlagLossSamples
 	if ls.Delta {
 		flags |= FlagDelta
+	}
+	if ls.Rates {
+		flags |= FlagRates
 	}
 	PutCommon(h[:], TypeLinkState, flags)
 	be.PutUint32(h[4:], uint32(ls.Origin))
@@ -138,8 +189,33 @@ func AppendLinkState(b []byte, ls *LinkState) ([]byte, error) {
 	for i := range ls.Entries {
 		b = appendLinkEntry(b, &ls.Entries[i])
 	}
+	if ls.Rates {
+		for i := range ls.Entries {
+			e := &ls.Entries[i]
+			v := RateToWire(e.RevRate)
+			b = append(b, byte(v>>8), byte(v), e.RevRateKind, e.RevRateAge)
+		}
+	}
 	return b, nil
 }
+
+// RateToWire encodes a rate in kbit/s as the rate section's 16-bit
+// floating point: 4 bits of exponent over 12 of mantissa, rounded to the
+// nearest value it holds and saturated at the largest.
+func RateToWire(kbps uint32) uint16 {
+	m, e := uint64(kbps), uint(0)
+	for m > 0xFFF {
+		m = (m + 1) >> 1 // round half up at each step
+		e++
+	}
+	if e > 15 {
+		return 0xFFFF
+	}
+	return uint16(e<<12 | uint(m))
+}
+
+// RateFromWire decodes the rate section's 16-bit rate to kbit/s.
+func RateFromWire(v uint16) uint32 { return uint32(v&0xFFF) << (v >> 12) }
 
 func appendLinkEntry(b []byte, e *LinkEntry) []byte {
 	var m [LinkEntryLen]byte
@@ -173,12 +249,24 @@ func ParseLinkState(b []byte, ls *LinkState) error {
 	}
 	_, flags, _ := ParseCommon(b)
 	ls.Delta = flags&FlagDelta != 0
+	ls.Rates = flags&FlagRates != 0
+	if ls.Rates && (n > MaxRatedLinkEntries || len(b) < LinkStateLen(n)+n*LinkRateLen) {
+		return ErrTruncated
+	}
 	ls.Entries = ls.Entries[:0]
 	off := LinkStateFixedLen
 	for i := 0; i < n; i++ {
 		e := parseLinkEntry(b[off:], flags&FlagLossSamples != 0)
 		if e.Peer == 0 || e.Peer == ls.Origin {
 			return ErrMalformed
+		}
+		if ls.Rates {
+			r := b[LinkStateLen(n)+i*LinkRateLen:]
+			if e.RevRateKind = r[2]; e.RevRateKind <= RateKindSaturated {
+				e.RevRate, e.RevRateAge = RateFromWire(be.Uint16(r)), r[3]
+			} else {
+				e.RevRateKind = RateKindNone
+			}
 		}
 		ls.Entries = append(ls.Entries, e)
 		off += LinkEntryLen

@@ -100,6 +100,8 @@ func (t Type) String() string {
 		return "kv-pool"
 	case TypeKVDigest:
 		return "kv-digest"
+	case TypeTrain:
+		return "train"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

@@ -1,0 +1,291 @@
+package routing
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// rated is a test network with a rate per directed link (bits/s, 0 =
+// unknown): site 1 is the source, the others are numbered from 2.
+type rated struct {
+	n     int
+	delay map[[2]int]time.Duration
+	rate  map[[2]int]float64
+}
+
+func newRated(n int) *rated {
+	return &rated{n: n, delay: map[[2]int]time.Duration{}, rate: map[[2]int]float64{}}
+}
+
+// link sets both directions of a link.
+func (t *rated) link(a, b int, d time.Duration, rate float64) {
+	t.delay[[2]int{a, b}], t.delay[[2]int{b, a}] = d, d
+	t.rate[[2]int{a, b}], t.rate[[2]int{b, a}] = rate, rate
+}
+
+func (t *rated) matrix() *Matrix {
+	m := NewMatrix(ids(t.n))
+	for k, d := range t.delay {
+		m.Set(wire.SiteID(k[0]), wire.SiteID(k[1]), Edge{Delay: d, RTT: 2 * d, Rate: t.rate[k], RateKind: wire.RateKindTrain})
+	}
+	return m
+}
+
+// narrowTriangle: 1 → 2 direct is the fastest (10 ms) but 20 Mbit/s; the
+// relay 3 is 2 ms slower and 200 Mbit/s.
+func narrowTriangle() *rated {
+	t := newRated(3)
+	t.link(1, 2, 10*ms, 20e6)
+	t.link(1, 3, 6*ms, 200e6)
+	t.link(3, 2, 6*ms, 200e6)
+	return t
+}
+
+func bulkOf(t *testing.T, r *Router, dst wire.SiteID) *BulkPath {
+	t.Helper()
+	rt, ok := r.Table().Lookup(dst)
+	if !ok {
+		t.Fatalf("no route to %v", dst)
+	}
+	return rt.Bulk
+}
+
+func TestBulkNarrowDirectWideRelay(t *testing.T) {
+	r := NewRouter(DefaultConfig(), 1)
+	r.Update(t0, narrowTriangle().matrix(), addrsOf(3))
+	rt, _ := r.Table().Lookup(2)
+	if !slices.Equal(rt.Path, []wire.SiteID{2}) {
+		t.Fatalf("latency path %v, want direct", rt.Path)
+	}
+	b := rt.Bulk
+	if b == nil || !slices.Equal(b.Path, []wire.SiteID{3, 2}) {
+		t.Fatalf("bulk path %+v, want via 3", b)
+	}
+	if b.Rate != 200e6 || b.PathRate != 20e6 || b.Delay != 12*ms || b.FirstHop != addrsOf(3)[3] {
+		t.Fatalf("bulk figures %+v", b)
+	}
+	// The destination 3 is itself wide and fastest direct: no bulk path.
+	if b := bulkOf(t, r, 3); b != nil {
+		t.Fatalf("bulk path to 3: %+v", b)
+	}
+	ex := r.Why(t0, 2)
+	if !slices.Equal(ex.Bulk.Chosen, []wire.SiteID{3, 2}) || len(ex.Bulk.Candidates) < 2 || ex.Bulk.Candidates[0].Rate != 200e6 ||
+		!ex.Bulk.Candidates[0].Chosen || ex.Bulk.Reason == "" || ex.Bulk.Bound != 10*ms {
+		t.Fatalf("why: %+v", ex.Bulk)
+	}
+}
+
+func TestBulkBoundRespected(t *testing.T) {
+	tr := narrowTriangle()
+	tr.link(3, 2, 15*ms, 200e6) // the relay is now 11 ms slower: beyond max(10 ms, 25 % of 20 ms)
+	r := NewRouter(DefaultConfig(), 1)
+	r.Update(t0, tr.matrix(), addrsOf(3))
+	if b := bulkOf(t, r, 2); b != nil {
+		t.Fatalf("bulk path beyond the bound: %+v", b)
+	}
+	// A larger fraction of the round trip allows it.
+	cfg := DefaultConfig()
+	cfg.Bulk.BoundFraction = 0.6
+	r = NewRouter(cfg, 1)
+	r.Update(t0, tr.matrix(), addrsOf(3))
+	if b := bulkOf(t, r, 2); b == nil || !slices.Equal(b.Path, []wire.SiteID{3, 2}) {
+		t.Fatalf("bulk path within 60 %% of the round trip: %+v", b)
+	}
+}
+
+func TestBulkNeedsMinGainAndKnownRates(t *testing.T) {
+	tr := narrowTriangle()
+	tr.link(1, 3, 6*ms, 25e6) // the relay's bottleneck is only 1.25× wider
+	r := NewRouter(DefaultConfig(), 1)
+	r.Update(t0, tr.matrix(), addrsOf(3))
+	if b := bulkOf(t, r, 2); b != nil {
+		t.Fatalf("bulk path for a 1.25× gain: %+v", b)
+	}
+	tr = narrowTriangle()
+	tr.rate[[2]int{1, 2}] = 0 // the direct link's rate unknown
+	r = NewRouter(DefaultConfig(), 1)
+	r.Update(t0, tr.matrix(), addrsOf(3))
+	if b := bulkOf(t, r, 2); b != nil {
+		t.Fatalf("bulk path with the latency path's rate unknown: %+v", b)
+	}
+	cfg := DefaultConfig()
+	cfg.Bulk.Enabled = false
+	r = NewRouter(cfg, 1)
+	r.Update(t0, narrowTriangle().matrix(), addrsOf(3))
+	if b := bulkOf(t, r, 2); b != nil {
+		t.Fatalf("bulk path with bulk routing off: %+v", b)
+	}
+}
+
+// TestBulkLeavesLatencyRoutingAlone: the latency paths chosen with rates
+// are the ones chosen without, on random matrices.
+func TestBulkLeavesLatencyRoutingAlone(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for trial := 0; trial < 30; trial++ {
+		tr := newRated(6)
+		for a := 1; a <= 6; a++ {
+			for b := a + 1; b <= 6; b++ {
+				tr.link(a, b, time.Duration(1+rng.IntN(40))*ms, float64(1+rng.IntN(500))*1e6)
+			}
+		}
+		with := NewRouter(DefaultConfig(), 1)
+		with.Update(t0, tr.matrix(), addrsOf(6))
+		m := tr.matrix()
+		for i := range m.edges {
+			m.edges[i].Rate = 0
+		}
+		without := NewRouter(DefaultConfig(), 1)
+		without.Update(t0, m, addrsOf(6))
+		for dst := wire.SiteID(2); dst <= 6; dst++ {
+			a, _ := with.Table().Lookup(dst)
+			b, _ := without.Table().Lookup(dst)
+			if !slices.Equal(a.Path, b.Path) || b.Bulk != nil {
+				t.Fatalf("trial %d dst %v: path %v with rates, %v without (bulk %+v)", trial, dst, a.Path, b.Path, b.Bulk)
+			}
+			if a.Bulk != nil {
+				pm, _ := m.Measure(DefaultWeights(), 1, a.Path)
+				if a.Bulk.Delay-a.Delay > max(10*ms, pm.RTT/4) || a.Bulk.Rate < 1.5*a.Bulk.PathRate {
+					t.Fatalf("trial %d dst %v: bulk %+v breaks the bound or the gain over %v", trial, dst, a.Bulk, a.Delay)
+				}
+			}
+		}
+	}
+}
+
+// TestBulkDoesNotFlap: two wide relays within 10 % of each other, with
+// rates that jitter by ±15 % at every update, and a third path whose gain
+// hovers around MinGain: the bulk path is chosen once and kept.
+func TestBulkDoesNotFlap(t *testing.T) {
+	tr := newRated(4)
+	tr.link(1, 2, 10*ms, 20e6)
+	tr.link(1, 3, 6*ms, 200e6)
+	tr.link(3, 2, 6*ms, 200e6)
+	tr.link(1, 4, 6*ms, 190e6)
+	tr.link(4, 2, 6*ms, 190e6)
+	tr.link(3, 4, 50*ms, 1e9)
+	rng := rand.New(rand.NewPCG(1, 2))
+	r := NewRouter(DefaultConfig(), 1)
+	var first []wire.SiteID
+	changes := 0
+	now := t0
+	for i := 0; i < 300; i++ {
+		m := tr.matrix()
+		for k := range m.edges {
+			m.edges[k].Rate *= 0.85 + 0.3*rng.Float64()
+		}
+		r.Update(now, m, addrsOf(4))
+		b := bulkOf(t, r, 2)
+		if b == nil {
+			t.Fatalf("update %d: no bulk path", i)
+		}
+		if first == nil {
+			first = b.Path
+		} else if !slices.Equal(first, b.Path) {
+			changes++
+			first = b.Path
+		}
+		now = now.Add(100 * ms)
+	}
+	if changes > 0 {
+		t.Fatalf("the bulk path changed %d times on rate noise", changes)
+	}
+
+	// A relay whose gain hovers between 1.3× and 1.7× of the direct path:
+	// once chosen (at 1.5× or more) it stays.
+	tr = newRated(3)
+	tr.link(1, 2, 10*ms, 20e6)
+	tr.link(1, 3, 6*ms, 30e6)
+	tr.link(3, 2, 6*ms, 30e6)
+	r = NewRouter(DefaultConfig(), 1)
+	had, flips := false, 0
+	for i := 0; i < 300; i++ {
+		m := tr.matrix()
+		g := 1.3 + 0.4*rng.Float64()
+		for k := range m.edges {
+			if m.edges[k].Rate == 30e6 {
+				m.edges[k].Rate = g * 20e6
+			}
+		}
+		r.Update(now, m, addrsOf(3))
+		has := bulkOf(t, r, 2) != nil
+		if had && !has {
+			flips++
+		}
+		had = had || has
+		now = now.Add(100 * ms)
+	}
+	if !had || flips > 0 {
+		t.Fatalf("bulk path chosen %v, dropped %d times on noise around the gain", had, flips)
+	}
+}
+
+func TestBulkFollowsRealChangesAndDeath(t *testing.T) {
+	tr := newRated(4)
+	tr.link(1, 2, 10*ms, 20e6)
+	tr.link(1, 3, 6*ms, 200e6)
+	tr.link(3, 2, 6*ms, 200e6)
+	tr.link(1, 4, 6*ms, 100e6)
+	tr.link(4, 2, 6*ms, 100e6)
+	r := NewRouter(DefaultConfig(), 1)
+	now := t0
+	r.Update(now, tr.matrix(), addrsOf(4))
+	if b := bulkOf(t, r, 2); b == nil || b.Path[0] != 3 {
+		t.Fatalf("bulk %+v, want via 3", b)
+	}
+	// Relay 4 becomes four times wider: followed, after the damping.
+	tr.link(1, 4, 6*ms, 800e6)
+	tr.link(4, 2, 6*ms, 800e6)
+	r.Update(now.Add(time.Second), tr.matrix(), addrsOf(4))
+	if b := bulkOf(t, r, 2); b.Path[0] != 3 {
+		t.Fatalf("bulk path changed within the damping interval: %+v", b)
+	}
+	now = now.Add(11 * time.Second)
+	r.Update(now, tr.matrix(), addrsOf(4))
+	if b := bulkOf(t, r, 2); b == nil || b.Path[0] != 4 {
+		t.Fatalf("bulk %+v, want via 4", b)
+	}
+	// Relay 4 dies: the bulk path moves at once, damping or not.
+	delete(tr.delay, [2]int{4, 2})
+	now = now.Add(time.Second)
+	r.Update(now, tr.matrix(), addrsOf(4))
+	if b := bulkOf(t, r, 2); b == nil || b.Path[0] != 3 {
+		t.Fatalf("after relay 4 died: bulk %+v, want via 3", b)
+	}
+}
+
+// benchUpdate times a route computation over n sites with (or without)
+// rates on every link.
+func benchUpdate(b *testing.B, n int, rates bool) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	tr := newRated(n)
+	for i := 1; i <= n; i++ {
+		for j := i + 1; j <= n; j++ {
+			rate := 0.0
+			if rates {
+				rate = float64(1+rng.IntN(500)) * 1e6
+			}
+			tr.link(i, j, time.Duration(1+rng.IntN(50))*ms, rate)
+		}
+	}
+	m := tr.matrix()
+	r := NewRouter(DefaultConfig(), 1)
+	now := t0
+	b.ResetTimer()
+	for range b.N {
+		now = now.Add(100 * ms)
+		r.Update(now, m, addrsOf(n))
+	}
+}
+
+func BenchmarkUpdate20(b *testing.B)      { benchUpdate(b, 20, false) }
+func BenchmarkUpdate20Rated(b *testing.B) { benchUpdate(b, 20, true) }
+func BenchmarkUpdate32(b *testing.B)      { benchUpdate(b, 32, false) }
+func BenchmarkUpdate32Rated(b *testing.B) { benchUpdate(b, 32, true) }
+func BenchmarkUpdate48(b *testing.B)      { benchUpdate(b, 48, false) }
+func BenchmarkUpdate48Rated(b *testing.B) { benchUpdate(b, 48, true) }
+func BenchmarkUpdate80(b *testing.B)      { benchUpdate(b, 80, false) }
+func BenchmarkUpdate80Rated(b *testing.B) { benchUpdate(b, 80, true) }
