@@ -289,3 +289,25 @@ func BenchmarkUpdate48(b *testing.B)      { benchUpdate(b, 48, false) }
 func BenchmarkUpdate48Rated(b *testing.B) { benchUpdate(b, 48, true) }
 func BenchmarkUpdate80(b *testing.B)      { benchUpdate(b, 80, false) }
 func BenchmarkUpdate80Rated(b *testing.B) { benchUpdate(b, 80, true) }
+
+// A bulk path in use whose delay grows beyond the bound, as when the
+// transfer on it fills its bottleneck's queue, is kept; a path that was
+// never chosen is still judged by the bound.
+func TestBulkKeptWhenItsOwnQueueGrows(t *testing.T) {
+	tr := narrowTriangle()
+	r := NewRouter(DefaultConfig(), 1)
+	r.Update(t0, tr.matrix(), addrsOf(3))
+	if b := bulkOf(t, r, 2); b == nil || b.Path[0] != 3 {
+		t.Fatalf("bulk %+v, want via 3", b)
+	}
+	tr.link(3, 2, 18*ms, 170e6) // 11.5 ms of queue on the relay's link
+	r.Update(t0.Add(time.Second), tr.matrix(), addrsOf(3))
+	if b := bulkOf(t, r, 2); b == nil || b.Path[0] != 3 {
+		t.Fatalf("bulk path left when its own queue grew: %+v", b)
+	}
+	fresh := NewRouter(DefaultConfig(), 1)
+	fresh.Update(t0, tr.matrix(), addrsOf(3))
+	if b := bulkOf(t, fresh, 2); b != nil {
+		t.Fatalf("a path beyond the bound chosen: %+v", b)
+	}
+}
