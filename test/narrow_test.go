@@ -29,9 +29,16 @@ const (
 // it must keep its idle median within 10 % (it stays on the direct path,
 // which the transfer left). The counters of flows received out of order
 // at East are logged. Throughput through the userspace emulator and three
-// agents depends on an otherwise idle machine, so it is a timing test.
+// agents depends on an otherwise idle machine, so those two bounds are the
+// bench's (DETOUR_TIMING_TESTS=1). In `make test` it asserts what only the
+// wide path explains: more than twice the narrow link's rate (a busy
+// machine gave 84 Mbit/s), and the stream's median within 50 % of idle
+// (vxlan's rose 18-122 % beside the transfer).
 func TestNarrowBulkTakesTheWidePath(t *testing.T) {
-	timingTest(t)
+	minFactor, maxChange := 2.0, 0.5
+	if os.Getenv("DETOUR_TIMING_TESTS") != "" {
+		minFactor, maxChange = 5, 0.10
+	}
 	if os.Getenv("DETOUR_BIN") == "" {
 		t.Skip("DETOUR_BIN not set (make test sets it)")
 	}
@@ -66,11 +73,11 @@ func TestNarrowBulkTakesTheWidePath(t *testing.T) {
 		t.Fatalf("result.json: %v (%d overlays)", err, len(res.Overlays))
 	}
 	s := res.Overlays[0].Summarize()
-	if s.ThroughputMbps < 5*narrow.NarrowMbps {
-		t.Errorf("bulk transfer got %.1f Mbit/s, less than 5 × the narrow link's %d", s.ThroughputMbps, narrow.NarrowMbps)
+	if s.ThroughputMbps < minFactor*narrow.NarrowMbps {
+		t.Errorf("bulk transfer got %.1f Mbit/s, less than %g × the narrow link's %d", s.ThroughputMbps, minFactor, narrow.NarrowMbps)
 	}
-	if s.Change > 0.10 {
-		t.Errorf("request/response median %.2f ms during the transfer, %.0f %% above idle %.2f ms (want within 10 %%)", s.LoadP50, 100*s.Change, s.IdleP50)
+	if s.Change > maxChange {
+		t.Errorf("request/response median %.2f ms during the transfer, %.0f %% above idle %.2f ms (want within %.0f %%)", s.LoadP50, 100*s.Change, s.IdleP50, 100*maxChange)
 	}
 	t.Logf("flow frames received out of order at East: %d; probe bytes during the transfer: %d", s.Reordered, s.ProbeBytes)
 }
