@@ -109,8 +109,8 @@ func runSettle(t *testing.T, in internet, seed uint64, warm, steady time.Duratio
 	for _, c := range n.Changes[before:] {
 		from, ok1 := n.TrueDelay(c.Site, c.From)
 		to, ok2 := n.TrueDelay(c.Site, c.To)
-		d := fmt.Sprintf("+%v %s→%s: %v (%v) → %v (%v)", c.At.Sub(Start).Round(time.Millisecond), c.Site, n.nameOf(c.Dest),
-			n.names(c.From), from, n.names(c.To), to)
+		d := fmt.Sprintf("+%v %s→%s: %v (%v) → %v (%v): %s", c.At.Sub(Start).Round(time.Millisecond), c.Site, n.nameOf(c.Dest),
+			n.names(c.From), from, n.names(c.To), to, c.Reason)
 		if ok1 && ok2 && to < from {
 			r.better = append(r.better, d)
 		} else {

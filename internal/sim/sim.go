@@ -80,6 +80,9 @@ type RouteChange struct {
 	Site     string
 	Dest     wire.SiteID
 	From, To []wire.SiteID // nil when there was no route / is none
+	// Reason is the router's reason for the switch ("" for a first
+	// route or a route lost).
+	Reason string
 }
 
 // Net is the simulated network.
@@ -472,7 +475,13 @@ func (n *Net) recordRoutes(s *Site, t *routing.Table) {
 			to = r.Path
 		}
 		if !slices.Equal(from, to) {
-			n.Changes = append(n.Changes, RouteChange{At: n.now, Site: s.Name, Dest: id, From: from, To: to})
+			c := RouteChange{At: n.now, Site: s.Name, Dest: id, From: from, To: to}
+			if from != nil && to != nil && s.Node != nil {
+				if ex, err := s.Node.Why(n.now, n.nameOf(id)); err == nil {
+					c.Reason = ex.LastSwitch.Reason
+				}
+			}
+			n.Changes = append(n.Changes, c)
 		}
 	}
 }
