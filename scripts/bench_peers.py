@@ -29,7 +29,9 @@ and measured the same way:
      Then the route changes during --jitter-secs (600) of 1 ms jitter on
      every link of azure-16: detour's from its agents' logs, EasyTier's
      from its route tables (easytier-cli route polled); the overlays that
-     never relay change no route by construction.
+     never relay change no route by construction. The same on leon-japan
+     (step jitterleon), with the path of 10 Hz pings Fujisawa -> Seoul
+     told by their RTT.
   6. lanman2017 (`detour-lab experiment lanman2017 --overlays OVERLAY`):
      ZooKeeper's read and write latency through the leader in phases (a)
      idle, (b) loaded, (c) loaded with rerouting free, per overlay.
@@ -389,23 +391,30 @@ def dataplane(bed, overlay, args):
 # ---- 4. reroute time ----
 
 class Pinger:
-    """A 100 Hz ping whose replies carry their receive time (-D)."""
+    """A ping (100 Hz unless told) whose replies carry their receive time (-D)."""
 
-    def __init__(self, ns, addr, secs):
-        self.p = subprocess.Popen(bo.netns(ns, "ping", "-D", "-n", "-i", "0.01", "-W", "1", "-w", str(secs), addr),
-                                  stdout=subprocess.PIPE, text=True)
+    def __init__(self, ns, addr, secs, interval="0.01"):
+        # Into a file, not a pipe: a pipe nobody reads fills after about
+        # 850 replies (8.5 s at 100 Hz), and ping then blocks, sending
+        # nothing more.
+        self.out = tempfile.TemporaryFile(mode="w+")
+        self.p = subprocess.Popen(bo.netns(ns, "ping", "-D", "-n", "-i", interval, "-W", "1", "-w", str(secs), addr),
+                                  stdout=self.out, text=True)
         bo.CHILDREN.procs.append(self.p)
 
     def samples(self):
         """(send time, rtt ms) of every reply so far, once stopped.
 
-        SIGINT, not SIGTERM: ping writes its block-buffered output to the
-        pipe only when it exits by itself or on SIGINT."""
+        SIGINT, not SIGTERM: ping flushes its block-buffered output only
+        when it exits by itself or on SIGINT."""
         self.p.send_signal(signal.SIGINT)
         try:
-            out = self.p.communicate(timeout=5)[0]
+            self.p.wait(timeout=5)
         finally:
             bo.CHILDREN.stop(self.p)
+        self.out.seek(0)
+        out = self.out.read()
+        self.out.close()
         res = []
         for m in re.finditer(r"\[([\d.]+)\].*time=([\d.]+) ms", out):
             rx, rtt = float(m.group(1)), float(m.group(2))
@@ -488,7 +497,7 @@ def reroute(bed, overlay, args):
 
 # ---- 4. route changes under 1 ms of jitter ----
 
-def jitter(bed, overlay, args):
+def jitter(bed, overlay, args, scenario=""):
     """Route changes while every link of --jitter-scenario has 1 ms of
     jitter for --jitter-secs, after --jitter-settle seconds without.
 
@@ -498,8 +507,14 @@ def jitter(bed, overlay, args):
     --jitter-poll seconds), a change being a destination whose next hop
     differs from the previous poll's; row 1 shows that this table need not
     be the path its data takes. The overlays that never relay change no
-    route by construction and are not run."""
-    bed.up(args.jitter_scenario, overlay, "emulator")
+    route by construction and are not run.
+
+    On leon-japan a host also pings Fujisawa -> Seoul ten times a second
+    throughout, and the path each reply took is told by its RTT (21 ms
+    via Inagi, 26.5 one way only, 32 direct): what the hosts saw, for
+    every overlay alike."""
+    scenario = scenario or args.jitter_scenario
+    bed.up(scenario, overlay, "emulator")
     try:
         time.sleep(args.jitter_settle)
         links = json.loads(subprocess.run([bed.lab, "testbed", "truth", "--json"], env=bed.env, check=True,
@@ -507,8 +522,12 @@ def jitter(bed, overlay, args):
         for link in links:
             bed.link(link["from"], link["to"], "--jitter", args.jitter)
         log(f"bench-peers: {overlay}: {args.jitter} of jitter on {len(links)} links for {args.jitter_secs:.0f} s")
-        res = {"scenario": args.jitter_scenario, "jitter": args.jitter, "secs": args.jitter_secs,
+        res = {"scenario": scenario, "jitter": args.jitter, "secs": args.jitter_secs,
                "links": len(links), "sites": len(bed.order)}
+        ping = None
+        if scenario == "leon-japan":
+            ns, addr = bed.ends(overlay, "Fujisawa", "Seoul")
+            ping = Pinger(ns, addr, math.ceil(args.jitter_secs), "0.1")
         if overlay == "detour":
             bed.refresh()
             before = {f: route_changes(f) for f in bed.logs("agent-")}
@@ -524,10 +543,34 @@ def jitter(bed, overlay, args):
             res["source"] = f"easytier-cli route on every gateway every {args.jitter_poll:.0f} s"
         res["count"] = len(res["changes"])
         log(f"bench-peers: {overlay}: {res['count']} route changes in {args.jitter_secs:.0f} s")
+        if ping:
+            time.sleep(1)
+            res["host_path"] = path_changes([rtt for _, rtt in ping.samples()])
+            log(f"bench-peers: {overlay}: host path {res['host_path']['classes']}, {res['host_path']['changes']} changes")
         return res
     finally:
         bo.CHILDREN.stop_all()
         bed.down()
+
+
+def path_changes(rtts, least=10):
+    """The leon-japan path of every reply (leon_path), and how often the
+    path changed: a change is counted between runs of at least least
+    consecutive replies (1 s at 10 Hz) on one path; shorter runs (a ping
+    delayed by the jitter or by a stalled emulator) are left out."""
+    classes = {}
+    runs = []
+    for rtt in rtts:
+        c = leon_path(rtt)
+        classes[c] = classes.get(c, 0) + 1
+        if runs and runs[-1][0] == c:
+            runs[-1][1] += 1
+        else:
+            runs.append([c, 1])
+    kept = [c for c, n in runs if n >= least]
+    changes = sum(1 for a, b in zip(kept, kept[1:]) if a != b)
+    return {"replies": len(rtts), "classes": classes, "changes": changes,
+            "p10_ms": pct(rtts, 0.1), "median_ms": statistics.median(rtts) if rtts else None}
 
 
 def route_changes(path):
@@ -708,6 +751,17 @@ def table(res, overlays, vers):
              else "4. route changes under 1 ms of jitter")
     rows.append((jname, [cell(o, "jitter", jit) if o in ROUTING else "0 (never relays: by construction)" for o in cols]))
 
+    def jitl(r):
+        h = r["host_path"]
+        share = ", ".join(f"{c} {100 * n / h['replies']:.0f} %" for c, n in sorted(h["classes"].items(), key=lambda x: -x[1]))
+        return (f"host path changes: {h['changes']} ({h['replies']} replies: {share}); "
+                f"route changes: {r['count']} (from the {r['source']})")
+    jl = next((res[o]["jitterleon"] for o in cols if isinstance(res.get(o, {}).get("jitterleon"), dict)
+               and "secs" in res[o]["jitterleon"]), None)
+    jlname = (f"4. leon-japan, {jl['secs'] / 60:.0f} min of {jl['jitter']} jitter on every link: path changes of "
+              "10 Hz pings Fujisawa→Seoul (runs of ≥ 1 s), and route changes" if jl else "4. leon-japan under jitter")
+    rows.append((jlname, [cell(o, "jitterleon", jitl) if o in ROUTING else "0 (never relays: by construction)" for o in cols]))
+
     def zk(phase):
         def f(r):
             c = r["cells"]
@@ -787,11 +841,12 @@ def plot(res, overlays, path):
 # The reroute trials' limit, for the table.
 args_limit = [15.0]
 
-STEPS = {"leon": leon, "azure": azure, "dataplane": dataplane, "reroute": reroute, "jitter": jitter, "lanman": lanman}
+STEPS = {"leon": leon, "azure": azure, "dataplane": dataplane, "reroute": reroute, "jitter": jitter,
+         "jitterleon": lambda bed, o, args: jitter(bed, o, args, "leon-japan"), "lanman": lanman}
 
 # The steps an overlay takes part in: only the routing overlays reroute
 # or change routes; lanman2017 needs an overlay between the sites' hosts.
-ONLY = {"reroute": ROUTING, "jitter": ROUTING, "lanman": tuple(o for o in OVERLAYS if o != "none")}
+ONLY = {"reroute": ROUTING, "jitter": ROUTING, "jitterleon": ROUTING, "lanman": tuple(o for o in OVERLAYS if o != "none")}
 
 
 def main():
@@ -799,7 +854,7 @@ def main():
     ap.add_argument("--bin", default="bin/detour")
     ap.add_argument("--lab", default="")
     ap.add_argument("--overlays", default=",".join(OVERLAYS))
-    ap.add_argument("--steps", default="leon,azure,dataplane,reroute,jitter,lanman")
+    ap.add_argument("--steps", default="leon,azure,dataplane,reroute,jitter,jitterleon,lanman")
     ap.add_argument("--kinds", default="slow,cut,kill", help="reroute trials: slow (a link slows), cut (the relay is cut off), "
                     "kill (the relay's daemon is SIGKILLed, then restarted)")
     ap.add_argument("--jitter", default="1ms", help="jitter on every link in the jitter step")
