@@ -539,7 +539,7 @@ def jitter(bed, overlay, args, scenario=""):
             res["before"] = sum(len(v) for v in before.values())
             res["source"] = "agents' logs"
         else:
-            res["changes"], res["entries"] = easytier_changes(bed, args.jitter_secs, args.jitter_poll)
+            res["changes"], res["entries"], res["first_tables"] = easytier_changes(bed, args.jitter_secs, args.jitter_poll)
             res["source"] = f"easytier-cli route on every gateway every {args.jitter_poll:.0f} s"
         res["count"] = len(res["changes"])
         log(f"bench-peers: {overlay}: {res['count']} route changes in {args.jitter_secs:.0f} s")
@@ -573,6 +573,23 @@ def path_changes(rtts, least=10):
             "p10_ms": pct(rtts, 0.1), "median_ms": statistics.median(rtts) if rtts else None}
 
 
+def change_reasons(lines, burst=5):
+    """detour's route changes by reason, and how many of them fell in
+    seconds with at least burst changes (of any site): a burst is many
+    paths found dead at once, which a stalled emulator or agent gives
+    (every probe of a second late), not a link's jitter."""
+    reasons, secs = {}, {}
+    for line in lines:
+        m = re.search(r'reason="([a-z ]+)', line)
+        r = m.group(1).strip() if m else "?"
+        reasons[r] = reasons.get(r, 0) + 1
+        t = re.search(r"time=(\S+?)\.\d+Z", line)
+        if t:
+            secs[t.group(1)] = secs.get(t.group(1), 0) + 1
+    bursty = [n for n in secs.values() if n >= burst]
+    return {"reasons": reasons, "in_bursts": sum(bursty), "bursts": len(bursty)}
+
+
 def route_changes(path):
     """The "route changed" lines of an agent's log."""
     try:
@@ -602,6 +619,7 @@ def easytier_changes(bed, secs, poll):
         # How many routes the first poll read, all gateways together: it
         # shows that the tables were read.
         entries = sum(len(t) for t in prev.values())
+        first = {k: dict(v) for k, v in prev.items()}
         changes = []
         end = time.time() + secs
         while time.time() < end:
@@ -616,7 +634,7 @@ def easytier_changes(bed, secs, poll):
                     if old is not None and old != hop:
                         changes.append(f"t={t:.0f}s {s} -> {dest}: {old} => {hop}")
                 prev[s].update(now[s])
-    return changes, entries
+    return changes, entries, first
 
 
 # ---- 6. the lanman2017 ZooKeeper phases ----
@@ -744,7 +762,12 @@ def table(res, overlays, vers):
     rows.append(("4. reroute after the relay Inagi's daemon is killed (SIGKILL), p50 / p95", [cell(o, "reroute", killed) if o in ROUTING else "does not reroute" for o in cols]))
 
     def jit(r):
-        return f"{r['count']} (from the {r['source']})"
+        txt = f"{r['count']} (from the {r['source']})"
+        if r["source"] == "agents' logs" and r["count"]:
+            c = change_reasons(r["changes"])
+            why = ", ".join(f"{n} {k}" for k, n in sorted(c["reasons"].items(), key=lambda x: -x[1]))
+            txt += f": {why}; {c['in_bursts']} of them in {c['bursts']} seconds with ≥ 5 changes each"
+        return txt
     j = next((res[o]["jitter"] for o in cols if isinstance(res.get(o, {}).get("jitter"), dict) and "secs" in res[o]["jitter"]), None)
     span = (f"{j['secs'] / 60:.0f} min" if j and j["secs"] >= 60 else f"{j['secs']:.0f} s") if j else ""
     jname = (f"4. route changes in {span} of {j['jitter']} jitter on every link of {j['scenario']}" if j
