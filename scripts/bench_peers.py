@@ -933,11 +933,17 @@ def main():
     vers = versions(binary)
     res = {o: {} for o in overlays}
     earlier = None
+    shown = overlays
     if args.merge:
         with open(args.merge) as f:
             earlier = json.load(f)
-        for o in overlays:
-            res[o] = {k: v for k, v in earlier["results"].get(o, {}).items() if k not in steps}
+        # The table keeps every overlay of the earlier run; the steps run
+        # here replace only the listed overlays' results.
+        shown = [o for o in OVERLAYS if o in overlays or o in earlier["results"]]
+        for o in shown:
+            res[o] = dict(earlier["results"].get(o, {}))
+            if o in overlays:
+                res[o] = {k: v for k, v in res[o].items() if k not in steps}
     load = [os.getloadavg()[0]]
     for step in steps:
         for o in overlays:
@@ -968,7 +974,7 @@ def main():
         for o, v in earlier.get("versions", {}).items():
             if o in vers and v != vers[o]:
                 vers[o] += f" (the rows not of this run: {v})"
-    ver, md = table(res, overlays, vers)
+    ver, md = table(res, shown, vers)
     machine = (f"{os.uname().sysname} {os.uname().release}, {os.cpu_count()} CPUs shared with other work, "
                f"load average {min(load):.1f}–{max(load):.1f} during the run")
     note = (f"One run of `scripts/bench-peers.sh {' '.join(sys.argv[1:])}`".rstrip() + f", {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
@@ -983,7 +989,7 @@ def main():
         json.dump({"note": note, "versions": vers, "results": res}, f, indent=1)
     if args.merge and os.path.exists(os.path.join(args.out, "peers.partial.json")):
         os.remove(os.path.join(args.out, "peers.partial.json"))
-    plotted = plot(res, overlays, os.path.join(args.out, "peers.png"))
+    plotted = plot(res, shown, os.path.join(args.out, "peers.png"))
     print(f"{note}\n\n{ver}\n\n{md}")
     print(f"\nwritten to {args.out}/peers.md, peers.json" + (", peers.png" if plotted else ""))
 
