@@ -49,6 +49,7 @@ usage: bench_peers.py --bin bin/detour [--lab bin/detour-lab] [--overlays ...] [
 import argparse
 import atexit
 import concurrent.futures
+import datetime
 import json
 import math
 import os
@@ -573,21 +574,26 @@ def path_changes(rtts, least=10):
             "p10_ms": pct(rtts, 0.1), "median_ms": statistics.median(rtts) if rtts else None}
 
 
-def change_reasons(lines, burst=5):
-    """detour's route changes by reason, and how many of them fell in
-    seconds with at least burst changes (of any site): a burst is many
-    paths found dead at once, which a stalled emulator or agent gives
-    (every probe of a second late), not a link's jitter."""
-    reasons, secs = {}, {}
+def change_reasons(lines, burst=5, after=16):
+    """detour's route changes by reason; how many of them fell in seconds
+    with at least burst changes (of any site): a burst is many paths
+    found dead at once, which a stalled emulator or agent gives (every
+    probe of a second late), not a link's jitter; and how many fell
+    neither in a burst nor in the after seconds that follow one (when the
+    routes return to the paths they left)."""
+    reasons, secs, times = {}, {}, []
     for line in lines:
         m = re.search(r'reason="([a-z ]+)', line)
         r = m.group(1).strip() if m else "?"
         reasons[r] = reasons.get(r, 0) + 1
-        t = re.search(r"time=(\S+?)\.\d+Z", line)
+        t = re.search(r"time=(\S+?)Z", line)
         if t:
-            secs[t.group(1)] = secs.get(t.group(1), 0) + 1
-    bursty = [n for n in secs.values() if n >= burst]
-    return {"reasons": reasons, "in_bursts": sum(bursty), "bursts": len(bursty)}
+            ts = datetime.datetime.strptime(t.group(1), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+            times.append(ts)
+            secs[int(ts)] = secs.get(int(ts), 0) + 1
+    bursts = [sec for sec, n in secs.items() if n >= burst]
+    quiet = [t for t in times if not any(0 <= t - b < after for b in bursts)]
+    return {"reasons": reasons, "in_bursts": sum(secs[b] for b in bursts), "bursts": len(bursts), "quiet": len(quiet)}
 
 
 def route_changes(path):
@@ -766,7 +772,8 @@ def table(res, overlays, vers):
         if r["source"] == "agents' logs" and r["count"]:
             c = change_reasons(r["changes"])
             why = ", ".join(f"{n} {k}" for k, n in sorted(c["reasons"].items(), key=lambda x: -x[1]))
-            txt += f": {why}; {c['in_bursts']} of them in {c['bursts']} seconds with ≥ 5 changes each"
+            txt += (f": {why}; {c['in_bursts']} of them in {c['bursts']} seconds with ≥ 5 changes each, "
+                    f"{c['quiet']} neither in such a second nor in the 15 s after one")
         return txt
     j = next((res[o]["jitter"] for o in cols if isinstance(res.get(o, {}).get("jitter"), dict) and "secs" in res[o]["jitter"]), None)
     span = (f"{j['secs'] / 60:.0f} min" if j and j["secs"] >= 60 else f"{j['secs']:.0f} s") if j else ""
