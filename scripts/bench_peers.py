@@ -993,7 +993,11 @@ def main():
     with open(os.path.join(args.out, "peers.md"), "w") as f:
         f.write(f"# detour and its peers, measured side by side\n\n{note}\n\nVersions:\n\n{ver}\n\n{md}\n")
     with open(os.path.join(args.out, "peers.json"), "w") as f:
-        json.dump({"note": note, "versions": vers, "results": res}, f, indent=1)
+        out = {"note": note, "versions": vers, "results": res}
+        # An earlier run's other records (corrections made by hand) stay.
+        for k, v in (earlier or {}).items():
+            out.setdefault(k, v)
+        json.dump(out, f, indent=1)
     if args.merge and os.path.exists(os.path.join(args.out, "peers.partial.json")):
         os.remove(os.path.join(args.out, "peers.partial.json"))
     plotted = plot(res, shown, os.path.join(args.out, "peers.png"))
