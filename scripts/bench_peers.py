@@ -481,6 +481,11 @@ def reroute(bed, overlay, args):
                 after = [(t, rtt) for t, rtt in got if t >= t0]
                 fixed = [t for t, rtt in after if rtt < 40]
                 res[kind].append((fixed[0] - t0) * 1000 if fixed else None)
+                # Replies before the change (about 50 at 100 Hz, all via
+                # Inagi if the trial started from the relay) and after it.
+                res.setdefault(kind + "_replies", []).append(
+                    {"before": len(got) - len(after), "before_via_inagi": sum(1 for t, rtt in got if t < t0 and rtt < VIA_ONE),
+                     "after": len(after)})
                 if kind == "slow":
                     bed.link("Inagi", "Seoul", "--delay", "8.3ms")
                     bed.link("Seoul", "Inagi", "--delay", "8.7ms")
