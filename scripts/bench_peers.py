@@ -480,12 +480,20 @@ def reroute(bed, overlay, args):
                 # off or killed, the first that came back at all.
                 after = [(t, rtt) for t, rtt in got if t >= t0]
                 fixed = [t for t, rtt in after if rtt < 40]
-                res[kind].append((fixed[0] - t0) * 1000 if fixed else None)
                 # Replies before the change (about 50 at 100 Hz, all via
                 # Inagi if the trial started from the relay) and after it.
-                res.setdefault(kind + "_replies", []).append(
-                    {"before": len(got) - len(after), "before_via_inagi": sum(1 for t, rtt in got if t < t0 and rtt < VIA_ONE),
-                     "after": len(after)})
+                counts = {"before": len(got) - len(after),
+                          "before_via_inagi": sum(1 for t, rtt in got if t < t0 and rtt < VIA_ONE), "after": len(after)}
+                res.setdefault(kind + "_replies", []).append(counts)
+                took = (fixed[0] - t0) * 1000 if fixed else None
+                if counts["before_via_inagi"] < 25:
+                    # Not on the relay when the change came (it left it,
+                    # or lost the pings, in the gap): no trial.
+                    res.setdefault(kind + "_invalid", []).append({"ms": took, **counts})
+                    log(f"bench-peers: {overlay} {kind}: not on the relay at the change, trial left out: {counts}")
+                    took = "invalid"
+                else:
+                    res[kind].append(took)
                 if kind == "slow":
                     bed.link("Inagi", "Seoul", "--delay", "8.3ms")
                     bed.link("Seoul", "Inagi", "--delay", "8.7ms")
@@ -494,7 +502,7 @@ def reroute(bed, overlay, args):
                     bed.link("Inagi", "Seoul", "--loss", "0%", "--both")
                 else:
                     res.setdefault("kill_restart_ms", []).append(bed.restart_daemon("Inagi"))
-                log(f"bench-peers: {overlay} {kind} trial: {res[kind][-1]}")
+                log(f"bench-peers: {overlay} {kind} trial: {took}")
         return res
     finally:
         bo.CHILDREN.stop_all()
@@ -755,6 +763,9 @@ def table(res, overlays, vers):
             ok = [x for x in xs if x is not None]
             miss = len(xs) - len(ok)
             stopped = f"; then {r[kind + '_stopped']}" if r.get(kind + "_stopped") else ""
+            if r.get(kind + "_invalid"):
+                n = len(r[kind + "_invalid"])
+                stopped += f"; {n} more trial{'s' if n > 1 else ''} left out: not on the relay when the change came"
             if not xs:
                 return "no trial could start" + (f": {r[kind + '_stopped']}" if stopped else "")
             if not ok:
