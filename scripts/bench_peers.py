@@ -832,7 +832,7 @@ def plot(res, overlays, path):
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4.2))
+    fig, axes = plt.subplots(1, 5, figsize=(21, 4.2))
     xs = range(len(overlays))
     # leon-japan RTT
     ax = axes[0]
@@ -876,6 +876,17 @@ def plot(res, overlays, path):
     ax.set_yscale("symlog")
     ax.legend(fontsize=7)
     ax.set_title("reroute time ms (slow link, relay cut off, relay killed)", fontsize=9)
+    # ZooKeeper: read through the leader per phase
+    ax = axes[4]
+    for k, (phase, color) in enumerate((("a", "tab:green"), ("b", "tab:olive"), ("c", "tab:cyan"))):
+        vals = []
+        for o in overlays:
+            z = res.get(o, {}).get("lanman")
+            cells = z.get("cells", {}) if isinstance(z, dict) else {}
+            vals.append(cells.get(f"{phase} read CLU", {}).get("median_ms", 0))
+        ax.bar([x + (k - 1) * 0.27 for x in xs], vals, 0.27, color=color, label=f"phase ({phase})")
+    ax.legend(fontsize=7)
+    ax.set_title("ZooKeeper (lanman2017): read via the leader CLU\nfrom LAN, median ms", fontsize=9)
     for ax in axes:
         ax.set_xticks(list(xs))
         ax.set_xticklabels(overlays, fontsize=8, rotation=30)
