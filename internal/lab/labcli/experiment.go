@@ -26,7 +26,7 @@ func init() {
 
 const experimentUsage = `usage: detour-lab experiment locality [--short] [--out DIR] [--rounds N] [--via-detour] [--dynamics]
                                  [--plot SCRIPT|none] [--detour-bin PATH]
-       detour-lab experiment lanman2017 [--overlays vxlan,tinc,detour] [--short] [--out DIR] [--ops N]
+       detour-lab experiment lanman2017 [--overlays vxlan,tinc,wireguard,easytier,detour] [--short] [--out DIR] [--ops N]
                                    [--store zookeeper|etcd] [--continuous OVERLAYS] [--plot SCRIPT|none]
                                    [--detour-bin PATH]
        detour-lab experiment narrow [--overlays vxlan,tinc,detour] [--short] [--out DIR] [--transfer 30s]
@@ -35,7 +35,9 @@ const experimentUsage = `usage: detour-lab experiment locality [--short] [--out 
 Geo-replicated ZooKeeper (CLU leader, BOR, LAN) on the lanman2017 testbed,
 client at LAN, in three phases: (a) idle WAN, (b) TCP cross traffic filling
 CLU<->LAN outside the overlay, (c) the same load with detour free to
-reroute; then a continuous run while the load starts. Writes raw samples,
+reroute; then a continuous run while the load starts. --overlays also takes
+the peers wireguard (VXLAN over wireguard-go) and easytier (hosts routed,
+--latency-first), installed by scripts/install-peers.sh. Writes raw samples,
 a summary with the latency model's predictions, plots and versions to DIR
 and prints the summary table. The agents run the detour binary
 --detour-bin, else $DETOUR_BIN, else the file detour next to detour-lab.
@@ -119,12 +121,16 @@ func parseExperiment(args []string, stderr io.Writer) (experimentOptions, error)
 		return o, fmt.Errorf("%w: unknown store %q (want zookeeper or etcd)", errUsage, o.store)
 	}
 	for _, ov := range splitList(o.overlays) {
-		if ov != "vxlan" && ov != "tinc" && ov != "detour" {
-			return o, fmt.Errorf("%w: unknown overlay %q (want vxlan, tinc or detour)", errUsage, ov)
+		if !lanmanOverlays[ov] {
+			return o, fmt.Errorf("%w: unknown overlay %q (want vxlan, tinc, wireguard, easytier or detour)", errUsage, ov)
 		}
 	}
 	return o, nil
 }
+
+// lanmanOverlays are the overlays the lanman2017 experiment runs on: the
+// peers wireguard and easytier need scripts/install-peers.sh first.
+var lanmanOverlays = map[string]bool{"vxlan": true, "tinc": true, "wireguard": true, "easytier": true, "detour": true}
 
 func splitList(s string) []string {
 	var out []string

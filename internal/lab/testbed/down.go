@@ -53,7 +53,7 @@ func Down(dir string) error {
 			keep(err)
 		}
 	}
-	for _, sub := range []string{"tinc", "detour", "wireguard"} {
+	for _, sub := range []string{"tinc", "detour", "wireguard", "easytier"} {
 		keep(os.RemoveAll(filepath.Join(dir, sub)))
 	}
 	if first != nil {

@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -58,38 +60,104 @@ func siteSubnet(i int) netip.Prefix {
 // etAddr is site i's address on EasyTier's TUN.
 func etAddr(i int) string { return fmt.Sprintf("198.19.255.%d", i+1) }
 
+// etDir is where the easytier overlay keeps its network secret, for
+// RestartAgent to start a site's node again with the same command line.
+func etDir(dir string) string { return filepath.Join(dir, "easytier") }
+
 // startEasyTier routes the hosts through their gateways, then starts
 // easytier-core on every gateway, one after the other.
 func startEasyTier(ctx context.Context, st *State, o Options) error {
-	secret := make([]byte, 16)
-	if _, err := rand.Read(secret); err != nil {
+	raw := make([]byte, 16)
+	if _, err := rand.Read(raw); err != nil {
 		return err
 	}
-	for i, site := range st.Sites {
-		args := append([]string{"netns", "exec", site.Gateway, o.peers["easytier-core"]}, easyTierArgs(st, i, hex.EncodeToString(secret))...)
-		p, err := startDetached(o.StateDir, "easytier-"+tincName(site.Name), "ip", args...)
+	secret := hex.EncodeToString(raw)
+	if err := os.MkdirAll(etDir(o.StateDir), 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(etDir(o.StateDir), "secret"), []byte(secret), 0o600); err != nil {
+		return err
+	}
+	for i := range st.Sites {
+		p, err := startEasyTierNode(ctx, st, o.StateDir, o.peers["easytier-core"], i, secret)
+		if p.PID != 0 {
+			// Recorded even when it failed to come up, for Down.
+			st.Procs = append(st.Procs, p)
+			if serr := st.Save(o.StateDir); serr != nil && err == nil {
+				err = serr
+			}
+		}
 		if err != nil {
-			return err
-		}
-		st.Procs = append(st.Procs, p)
-		if err := st.Save(o.StateDir); err != nil {
-			return err
-		}
-		// The later sites dial this one: wait until its TUN has its
-		// address, which the route to the hosts takes as source.
-		gw, addr := site.Gateway, etAddr(i)
-		err = waitFor(ctx, 15*time.Second, p, o.StateDir, func() bool {
-			out, err := exec.Command("ip", "-n", gw, "-4", "-o", "addr", "show", "dev", "et0").Output()
-			return err == nil && strings.Contains(string(out), " "+addr+"/")
-		})
-		if err != nil {
-			return err
-		}
-		if err := routeHosts(st, i); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// startEasyTierNode starts easytier-core on site i's gateway, waits
+// until its TUN has its address (the later sites dial this one, and the
+// route to the hosts takes that address as source), then routes the
+// site's hosts through it. The caller records the process; it is also
+// returned, recorded by name, when the wait fails.
+func startEasyTierNode(ctx context.Context, st *State, dir, core string, i int, secret string) (Proc, error) {
+	site := st.Sites[i]
+	args := append([]string{"netns", "exec", site.Gateway, core}, easyTierArgs(st, i, secret)...)
+	p, err := startDetached(dir, "easytier-"+tincName(site.Name), "ip", args...)
+	if err != nil {
+		return p, err
+	}
+	gw, addr := site.Gateway, etAddr(i)
+	err = waitFor(ctx, 15*time.Second, p, dir, func() bool {
+		out, err := exec.Command("ip", "-n", gw, "-4", "-o", "addr", "show", "dev", "et0").Output()
+		return err == nil && strings.Contains(string(out), " "+addr+"/")
+	})
+	if err != nil {
+		return p, err
+	}
+	return p, routeHosts(st, i)
+}
+
+// restartEasyTier is RestartAgent for the easytier overlay: it stops
+// site's easytier-core by its recorded PID (if it still runs) and starts
+// it again with the command line and secret of the first start. Its TUN
+// goes with the old process, and with it the route to the hosts; both
+// come back with the new one.
+func restartEasyTier(dir string, st *State, site string, o RestartOptions) (*Restart, error) {
+	i := -1
+	for k := range st.Sites {
+		if st.Sites[k].Name == site {
+			i = k
+		}
+	}
+	if i < 0 {
+		return nil, fmt.Errorf("unknown site %q", site)
+	}
+	secret, err := os.ReadFile(filepath.Join(etDir(dir), "secret"))
+	if err != nil {
+		return nil, fmt.Errorf("easytier's network secret: %w", err)
+	}
+	bins, err := findPeerBinaries("easytier")
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	idx := stopAgent(st, "easytier-"+tincName(site), o.Kill)
+	time.Sleep(o.Pause)
+	p, err := startEasyTierNode(context.Background(), st, dir, bins["easytier-core"], i, string(secret))
+	if p.PID != 0 {
+		if idx >= 0 {
+			st.Procs[idx] = p
+		} else {
+			st.Procs = append(st.Procs, p)
+		}
+		if serr := st.Save(dir); serr != nil && err == nil {
+			err = serr
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Restart{Down: time.Since(t0), PID: p.PID}, nil
 }
 
 // easyTierArgs is site i's easytier-core command line.
@@ -125,7 +193,9 @@ func routeHosts(st *State, i int) error {
 			return err
 		}
 	}
-	return ipBatch(gw, []string{fmt.Sprintf("route add %s dev br0 src %s", siteSubnet(i), etAddr(i))})
+	// replace, not add: a restarted node (restartEasyTier) may find the
+	// route still there.
+	return ipBatch(gw, []string{fmt.Sprintf("route replace %s dev br0 src %s", siteSubnet(i), etAddr(i))})
 }
 
 // sysctlIn sets a sysctl inside namespace ns.

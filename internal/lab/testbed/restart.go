@@ -36,7 +36,8 @@ type Restart struct {
 // RestartAgent stops the detour agent of a site (if it still runs) and
 // starts it again with the same configuration file, as the testbed first
 // started it, then waits until its API answers. An agent that already
-// died (killed by a test) is simply started again.
+// died (killed by a test) is simply started again. On the easytier
+// overlay it does the same with the site's easytier-core.
 func RestartAgent(dir, site string, o RestartOptions) (*Restart, error) {
 	st, err := LoadState(dir)
 	if err != nil {
@@ -45,6 +46,9 @@ func RestartAgent(dir, site string, o RestartOptions) (*Restart, error) {
 	s := st.Site(site)
 	if s == nil {
 		return nil, fmt.Errorf("unknown site %q", site)
+	}
+	if st.Overlay == "easytier" {
+		return restartEasyTier(dir, st, site, o)
 	}
 	if !usesDetour(st.Overlay) {
 		return nil, fmt.Errorf("the testbed runs overlay %q, not detour", st.Overlay)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/detour-overlay/detour/internal/lab/experiment/results"
+	"github.com/detour-overlay/detour/internal/lab/testbed"
 )
 
 // Files of the results directory.
@@ -240,7 +241,8 @@ func (r *Result) writeContinuous(w io.Writer) error {
 func f3(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 
 // Versions describes everything that ran: detour-lab, detour, java, the
-// ZooKeeper package, the kernel, iperf3 and tinc.
+// ZooKeeper package, the kernel, iperf3, tinc and the peers wireguard-go
+// and EasyTier (when scripts/install-peers.sh installed them).
 func Versions(labBin, detourBin string) string {
 	var b strings.Builder
 	item := func(name string, argv ...string) {
@@ -260,6 +262,12 @@ func Versions(labBin, detourBin string) string {
 	item("kernel", "uname", "-sr")
 	item("iperf3", "dpkg-query", "-W", "-f=${Version}", "iperf3")
 	item("tinc", "dpkg-query", "-W", "-f=${Version}", "tinc")
+	peers := os.Getenv(testbed.PeersEnv)
+	if peers == "" {
+		peers = testbed.DefaultPeersDir
+	}
+	item("wireguard-go", "cat", filepath.Join(peers, "peers/bin/wireguard-go.version"))
+	item("easytier-core", filepath.Join(peers, "easytier/bin/easytier-core"), "--version")
 	item("go client", "echo", "github.com/go-zookeeper/zk v1.0.4")
 	item("cpus", "nproc")
 	fmt.Fprintf(&b, "date: %s\n", time.Now().UTC().Format(time.RFC3339))

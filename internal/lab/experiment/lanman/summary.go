@@ -97,7 +97,8 @@ func (r *Result) writeSummary(w io.Writer, rows []results.Row) {
 		}
 	}
 	fmt.Fprintf(w, "phases: (a) idle WAN; (b) the load, detour held on the direct paths; (c) the same load,\n")
-	fmt.Fprintf(w, "detour free to reroute (vxlan and tinc have no other path: (c) repeats (b) for them)\n\n")
+	fmt.Fprintf(w, "detour free to reroute (vxlan, tinc and wireguard have no other path: (c) repeats (b) for them;\n")
+	fmt.Fprintf(w, "easytier is never held: it is free to reroute in (b) and (c) alike)\n\n")
 	// The operations the load degrades, phase by phase.
 	for _, c := range [][2]string{{"read", LoadA}, {"write", LoadA}} {
 		var parts []string
