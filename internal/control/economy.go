@@ -132,17 +132,7 @@ func (n *Node) markHot(now time.Time) {
 func (n *Node) originateDelta(now time.Time, links []linkstate.Link) {
 	n.orig.SetFullRefresh(max(economyFullRefreshMin, time.Duration(n.timers.members)*economyFullRefreshPerMember))
 	if n.orig.Due(now, links) {
-		for _, ls := range n.orig.BuildDelta(now, links) {
-			b, err := buildLinkState(&ls)
-			if err != nil {
-				panic("control: own link state does not encode: " + err.Error())
-			}
-			for _, m := range n.sortedMembers() {
-				if m.state == StateAlive || m.state == StateJoining {
-					n.emit(m.addr, b)
-				}
-			}
-		}
+		n.sendOwn(n.orig.BuildDelta(now, links))
 	}
 	var full [][]byte
 	for _, m := range n.sortedMembers() {

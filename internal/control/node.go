@@ -383,7 +383,13 @@ func (n *Node) originate(now time.Time) {
 	if !n.orig.Due(now, links) {
 		return
 	}
-	for _, ls := range n.orig.Build(now, links) {
+	n.sendOwn(n.orig.Build(now, links))
+}
+
+// sendOwn sends this site's link-state messages to every alive or joining
+// member.
+func (n *Node) sendOwn(msgs []wire.LinkState) {
+	for _, ls := range msgs {
 		b, err := buildLinkState(&ls)
 		if err != nil {
 			panic("control: own link state does not encode: " + err.Error())

@@ -79,7 +79,14 @@ func runExperiment(args []string, stdout, stderr io.Writer) int {
 	if args[0] != "lanman2017" {
 		return fail(stderr, "experiment", fmt.Errorf("%w: unknown experiment %q (known: lanman2017, locality, narrow)", errUsage, args[0]))
 	}
-	opt, err := parseExperiment(args[1:], stderr)
+	return parseAndRun(args[1:], stderr, parseExperiment, func(o experimentOptions) error { return experiment(o, stdout, stderr) })
+}
+
+// parseAndRun parses an experiment's command line and runs it as root:
+// 2 after --help, 1 (with the error on stderr) when parsing or the run
+// fails.
+func parseAndRun[O any](args []string, stderr io.Writer, parse func([]string, io.Writer) (O, error), run func(O) error) int {
+	o, err := parse(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 2
@@ -89,7 +96,7 @@ func runExperiment(args []string, stdout, stderr io.Writer) int {
 	if os.Geteuid() != 0 {
 		return fail(stderr, "experiment", errors.New("must run as root (it drives the testbed's network namespaces)"))
 	}
-	if err := experiment(opt, stdout, stderr); err != nil {
+	if err := run(o); err != nil {
 		return fail(stderr, "experiment", err)
 	}
 	return 0

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -24,20 +23,7 @@ type narrowOptions struct {
 }
 
 func runNarrow(args []string, stdout, stderr io.Writer) int {
-	o, err := parseNarrow(args, stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 2
-		}
-		return fail(stderr, "experiment", err)
-	}
-	if os.Geteuid() != 0 {
-		return fail(stderr, "experiment", errors.New("must run as root (it drives the testbed's network namespaces)"))
-	}
-	if err := narrowRun(o, stdout, stderr); err != nil {
-		return fail(stderr, "experiment", err)
-	}
-	return 0
+	return parseAndRun(args, stderr, parseNarrow, func(o narrowOptions) error { return narrowRun(o, stdout, stderr) })
 }
 
 func parseNarrow(args []string, stderr io.Writer) (narrowOptions, error) {
