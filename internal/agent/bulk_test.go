@@ -1,18 +1,12 @@
 package agent
 
 import (
-	"io"
-	"log/slog"
-	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/device"
-	"github.com/detour-overlay/detour/internal/transport"
 )
 
 // TestBulkConfigReachesDataPathAndRouting: the bulk section sets the data
@@ -20,30 +14,8 @@ import (
 // reload changes the threshold and DSCP marks live but refuses a new
 // latency bound.
 func TestBulkConfigReachesDataPathAndRouting(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "site.yaml")
-	write := func(s string) {
-		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const base = "site: fujisawa\nlisten: 198.18.0.1:4800\napi: 127.0.0.1:0\nnetworks:\n  - {name: default, id: 1, tap: detour0}\n"
-	write(base + "bulk:\n  threshold: 2MB\n  latency_bound: 4ms\n")
-	cfg, err := config.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(cfg, Options{
-		Conn:       transport.NewFakeNetwork().Listen(netip.MustParseAddrPort("198.18.0.1:4800")),
-		Devices:    map[uint32]device.Device{1: device.NewFake("detour0", 1400, 64)},
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		StatePath:  filepath.Join(dir, "site.state.json"),
-		ConfigPath: file,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.closeAll()
+	a, write := agentFromFile(t, base+"bulk:\n  threshold: 2MB\n  latency_bound: 4ms\n", map[uint32]device.Device{1: device.NewFake("detour0", 1400, 64)})
 	if fc := a.engine.FlowConfig(); !fc.Enabled || fc.Threshold != 2_000_000 || fc.DSCP != 0 || fc.Idle != config.DefaultBulkIdle {
 		t.Errorf("data path flow config %+v", fc)
 	}

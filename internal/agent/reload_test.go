@@ -24,31 +24,9 @@ import (
 // broken file and a new listen address are refused with their field (and
 // line), and the running networks stay.
 func TestReload(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "site.yaml")
-	write := func(s string) {
-		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const base = "site: fujisawa\nlisten: 198.18.0.1:4800\napi: 127.0.0.1:0\nnetworks:\n  - {name: default, id: 1, tap: detour0}\n"
-	write(base)
-	cfg, err := config.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
 	def := device.NewFake("detour0", 1400, 64)
-	a, err := New(cfg, Options{
-		Conn:       transport.NewFakeNetwork().Listen(netip.MustParseAddrPort("198.18.0.1:4800")),
-		Devices:    map[uint32]device.Device{1: def, 7: device.NewFake("dt-blue", 1400, 64)},
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		StatePath:  filepath.Join(dir, "site.state.json"),
-		ConfigPath: file,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.closeAll()
+	a, write := agentFromFile(t, base, map[uint32]device.Device{1: def, 7: device.NewFake("dt-blue", 1400, 64)})
 	nets := func() string {
 		var s []string
 		for _, n := range a.Networks() {
@@ -214,6 +192,37 @@ func reloadWith(t *testing.T, a *Agent, edit func(*config.Agent)) api.Reload {
 
 // useFile writes a's configuration changed by edit into a file of its own
 // and makes it the file a reload reads.
+// agentFromFile starts an agent (on a fake network, with devs) from a
+// file holding content, and returns it with a function that rewrites the
+// file, for Reload to read.
+func agentFromFile(t *testing.T, content string, devs map[uint32]device.Device) (*Agent, func(string)) {
+	t.Helper()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "site.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(content)
+	cfg, err := config.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(cfg, Options{
+		Conn:       transport.NewFakeNetwork().Listen(netip.MustParseAddrPort(cfg.Listen)),
+		Devices:    devs,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		StatePath:  filepath.Join(dir, "site.state.json"),
+		ConfigPath: file,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.closeAll)
+	return a, write
+}
+
 func useFile(t *testing.T, a *Agent, edit func(*config.Agent)) {
 	t.Helper()
 	cfg := *a.file
