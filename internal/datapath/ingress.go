@@ -100,7 +100,6 @@ func (in *ingress) handle(m *transport.Message) {
 		e.stats.DropCrypto.Add(1) // a plaintext packet where keys are configured
 		return
 	}
-	e.stats.Peers.Count(prevHop(h), m.N)
 	if int(h.Hop) == int(h.PathLen)-1 {
 		in.deliver(pkt, off)
 		return
@@ -121,6 +120,9 @@ func (in *ingress) deliver(pkt []byte, off int) {
 			return
 		}
 	}
+	// Counted once authentic, so that forged datagrams can neither raise
+	// a link's delivery rate nor take the table's slots.
+	e.stats.Peers.Count(prevHop(h), len(pkt))
 	if len(frame) < 14 {
 		e.stats.DropMalformed.Add(1)
 		return
@@ -158,7 +160,7 @@ func (in *ingress) deliver(pkt []byte, off int) {
 func (in *ingress) forward(m *transport.Message, pkt []byte, off int) {
 	e := in.e
 	h := &in.hdr
-	next := h.Path[h.Hop+1]
+	next, prev := h.Path[h.Hop+1], prevHop(h)
 	addr, ok := e.routes.Load().r.Addr(next)
 	if !ok || next == e.self {
 		e.stats.DropNoRoute.Add(1)
@@ -172,6 +174,7 @@ func (in *ingress) forward(m *transport.Message, pkt []byte, off int) {
 	} else {
 		wire.SetHop(pkt, h.Hop+1)
 	}
+	e.stats.Peers.Count(prev, m.N) // once authentic, as in deliver
 	e.stats.Relayed.Add(1)
 	in.relay = append(in.relay, transport.Message{Buf: m.Buf, N: m.N, Addr: addr})
 }
