@@ -82,6 +82,19 @@ func runExperiment(args []string, stdout, stderr io.Writer) int {
 	return parseAndRun(args[1:], stderr, parseExperiment, func(o experimentOptions) error { return experiment(o, stdout, stderr) })
 }
 
+// saveResults writes an experiment's results (write) to out, also after a
+// failed run (runErr), and returns the run's error naming where the
+// partial results are.
+func saveResults(write func() error, runErr error, out string) error {
+	if err := write(); err != nil {
+		return errors.Join(runErr, err)
+	}
+	if runErr != nil {
+		return fmt.Errorf("%w (partial results in %s)", runErr, out)
+	}
+	return nil
+}
+
 // parseAndRun parses an experiment's command line and runs it as root:
 // 2 after --help, 1 (with the error on stderr) when parsing or the run
 // fails.
@@ -210,11 +223,8 @@ func experiment(o experimentOptions, stdout, stderr io.Writer) error {
 	if res == nil {
 		return runErr
 	}
-	if err := res.Write(out, lanman.Versions(bin, detour)); err != nil {
-		return errors.Join(runErr, err)
-	}
-	if runErr != nil {
-		return fmt.Errorf("%w (partial results in %s)", runErr, out)
+	if err := saveResults(func() error { return res.Write(out, lanman.Versions(bin, detour)) }, runErr, out); err != nil {
+		return err
 	}
 	plot(o.plot, bin, out, stderr)
 	name := map[string]string{lanman.ZooKeeper: "ZooKeeper", lanman.Etcd: "etcd"}[cfg.Store]

@@ -80,11 +80,8 @@ func localityRun(o localityOptions, stdout, stderr io.Writer) error {
 		return runErr
 	}
 	res.Versions = lanman.Versions(bin, detour)
-	if err := res.Write(out); err != nil {
-		return errors.Join(runErr, err)
-	}
-	if runErr != nil {
-		return fmt.Errorf("%w (partial results in %s)", runErr, out)
+	if err := saveResults(func() error { return res.Write(out) }, runErr, out); err != nil {
+		return err
 	}
 	plotScript(o.plot, "plot_locality.py", bin, out, stderr)
 	if err := res.WriteReport(stdout); err != nil {

@@ -2,7 +2,6 @@ package labcli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -77,12 +76,10 @@ func narrowRun(o narrowOptions, stdout, stderr io.Writer) error {
 		return runErr
 	}
 	res.Versions = lanman.Versions(bin, detour)
-	if err := res.Write(out); err != nil {
-		return errors.Join(runErr, err)
-	}
+	saveErr := saveResults(func() error { return res.Write(out) }, runErr, out)
 	res.WriteTable(stdout)
-	if runErr != nil {
-		return fmt.Errorf("%w (partial results in %s)", runErr, out)
+	if saveErr != nil {
+		return saveErr
 	}
 	fmt.Fprintf(stdout, "results in %s (%.0f s)\n", out, time.Since(start).Seconds())
 	return nil
