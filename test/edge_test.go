@@ -1130,7 +1130,7 @@ func limitedFlow(t *testing.T, src, dst testbed.HostState, port, secs int) iperf
 func TestEdgeRateLimits(t *testing.T) {
 	secs := envInt("DETOUR_EDGE_SECONDS", 4)
 	under := 0.10
-	if os.Getenv("DETOUR_TIMING_TESTS") != "" {
+	if timingBounds() {
 		under = 0.05
 	}
 	o := upEdge(t, "leon-japan", "--overlay", "detour")
@@ -1207,7 +1207,7 @@ type mtuBounds struct {
 }
 
 func edgeMTUBounds() mtuBounds {
-	if os.Getenv("DETOUR_TIMING_TESTS") != "" {
+	if timingBounds() {
 		return mtuBounds{udpLoss: 10, recovery: 5, latePings: 4, tcpKeep: 0.5}
 	}
 	return mtuBounds{udpLoss: 50, latePings: 15, tcpKeep: 0.2}

@@ -36,7 +36,7 @@ const (
 // (vxlan's rose 18-122 % beside the transfer).
 func TestNarrowBulkTakesTheWidePath(t *testing.T) {
 	minFactor, maxChange := 2.0, 0.5
-	if os.Getenv("DETOUR_TIMING_TESTS") != "" {
+	if timingBounds() {
 		minFactor, maxChange = 5, 0.10
 	}
 	if os.Getenv("DETOUR_BIN") == "" {
