@@ -11,20 +11,29 @@ import (
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
-// Receive handles one control datagram from the underlay address from. It
-// never panics: a datagram that cannot be used is dropped, counted by
-// reason, and reported as an error (which callers may ignore). pkt is not
-// retained.
-func (n *Node) Receive(now time.Time, from netip.AddrPort, pkt []byte) error {
-	n.observe(now)
-	err := n.receive(now, from, pkt)
+// Receive handles one control datagram from the underlay address from,
+// read at rx. It never panics: a datagram that cannot be used is dropped,
+// counted by reason, and reported as an error (which callers may ignore).
+// pkt is not retained.
+//
+// rx may be earlier than a time the node has already been given, when a
+// shell reads a datagram before a tick and hands it over after: the
+// measurements (a probe's arrival, a reply's round trip, a train's
+// dispersion) take rx, when the datagram really came, and everything else
+// takes the latest time the node has seen, so that its clock never goes
+// back. Clamping rx instead would add the time the datagram waited in the
+// shell to every sample, and give a train that waited behind a tick the
+// same time for all its packets.
+func (n *Node) Receive(rx time.Time, from netip.AddrPort, pkt []byte) error {
+	n.observe(rx)
+	err := n.receive(n.last, rx, from, pkt)
 	if err != nil {
 		n.counters.Dropped[dropKind(err)]++
 	}
 	return err
 }
 
-func (n *Node) receive(now time.Time, from netip.AddrPort, pkt []byte) error {
+func (n *Node) receive(now, rx time.Time, from netip.AddrPort, pkt []byte) error {
 	t, _, err := wire.ParseCommon(pkt)
 	if err != nil {
 		return err
@@ -35,9 +44,9 @@ func (n *Node) receive(now time.Time, from netip.AddrPort, pkt []byte) error {
 	}
 	switch t {
 	case wire.TypeProbe:
-		return n.onProbe(now, from, pkt)
+		return n.onProbe(now, rx, from, pkt)
 	case wire.TypeProbeReply:
-		return n.onProbeReply(now, pkt)
+		return n.onProbeReply(now, rx, pkt)
 	case wire.TypeLinkState:
 		return n.onLinkState(now, from, pkt)
 	case wire.TypeHello:
@@ -47,7 +56,7 @@ func (n *Node) receive(now time.Time, from netip.AddrPort, pkt []byte) error {
 	case wire.TypeLeave:
 		return n.onLeave(now, pkt)
 	case wire.TypeTrain:
-		return n.onTrain(now, pkt)
+		return n.onTrain(now, rx, pkt)
 	case wire.TypeData:
 		return ErrNotControl
 	}
@@ -87,7 +96,7 @@ func dropKind(err error) Drop {
 // onProbe answers a probe from a member. A probe from an unknown site gets
 // a hello instead, so that a restarted site is found again by the members
 // that still probe it.
-func (n *Node) onProbe(now time.Time, from netip.AddrPort, pkt []byte) error {
+func (n *Node) onProbe(now, rx time.Time, from netip.AddrPort, pkt []byte) error {
 	var p wire.Probe
 	if err := wire.ParseProbe(pkt, &p); err != nil {
 		return err
@@ -102,9 +111,11 @@ func (n *Node) onProbe(now time.Time, from netip.AddrPort, pkt []byte) error {
 	}
 	n.heard(now, m)
 	m.probesIn++
-	n.onProbeDelay(now, m, p.SendTime)
-	stamp := now.UnixNano()
-	n.emit(m.addr, buildProbeReply(n.self, &p, stamp, stamp, m.probesIn))
+	n.onProbeDelay(now, rx, m, p.SendTime)
+	// The reply says when the probe came and when it leaves (about now),
+	// so that the prober takes the time it waited here out of the round
+	// trip.
+	n.emit(m.addr, buildProbeReply(n.self, &p, rx.UnixNano(), now.UnixNano(), m.probesIn))
 	return nil
 }
 
@@ -121,7 +132,7 @@ func (n *Node) helloUnknown(now time.Time, to netip.AddrPort) {
 	n.emit(to, n.buildHello(wire.HelloFlagReply))
 }
 
-func (n *Node) onProbeReply(now time.Time, pkt []byte) error {
+func (n *Node) onProbeReply(now, rx time.Time, pkt []byte) error {
 	var r wire.ProbeReply
 	if err := wire.ParseProbeReply(pkt, &r); err != nil {
 		return err
@@ -134,7 +145,7 @@ func (n *Node) onProbeReply(now time.Time, pkt []byte) error {
 		return ErrUnknownSite
 	}
 	wasUp, wasSuspect := m.link.Up(now), n.suspect(now, m)
-	if err := m.link.OnReply(now, &r); err != nil {
+	if err := m.link.OnReply(now, rx, &r); err != nil {
 		if errors.Is(err, measure.ErrBadTimes) {
 			return wire.ErrMalformed
 		}

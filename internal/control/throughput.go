@@ -97,10 +97,10 @@ func (n *Node) OnDataBytes(now time.Time, from wire.SiteID, total uint64) {
 	}
 }
 
-// onProbeDelay feeds the offset-shifted delay of a probe from m received at
-// now, for the queueing its link shows.
-func (n *Node) onProbeDelay(now time.Time, m *member, sendTime int64) {
-	n.rateOf(m).OnDelay(now, time.Duration(now.UnixNano()-sendTime))
+// onProbeDelay feeds the offset-shifted delay of a probe from m read at rx
+// and handled at now, for the queueing its link shows.
+func (n *Node) onProbeDelay(now, rx time.Time, m *member, sendTime int64) {
+	n.rateOf(m).OnDelay(now, time.Duration(rx.UnixNano()-sendTime))
 }
 
 // outRate is what this site knows of the rate of its link to m: the
@@ -181,8 +181,9 @@ func (n *Node) sendTrain(now time.Time, m *member) {
 	n.counters.ProbeBytes += uint64(k * (c.TrainSize + measure.IPUDPOverhead))
 }
 
-// onTrain handles a train packet or report.
-func (n *Node) onTrain(now time.Time, pkt []byte) error {
+// onTrain handles a train packet or report, read at rx and handled at
+// now.
+func (n *Node) onTrain(now, rx time.Time, pkt []byte) error {
 	var t wire.Train
 	if err := wire.ParseTrain(pkt, &t); err != nil {
 		return err
@@ -207,7 +208,7 @@ func (n *Node) onTrain(now time.Time, pkt []byte) error {
 	if prev, active := r.TrainID(); active && prev != t.ID {
 		id = prev // the packet starts a new train and ends the previous one
 	}
-	if e, ok := r.OnTrain(now, t.ID, int(t.Index), int(t.Count), len(pkt)+measure.IPUDPOverhead); ok {
+	if e, ok := r.OnTrain(rx, t.ID, int(t.Index), int(t.Count), len(pkt)+measure.IPUDPOverhead); ok {
 		n.reportTrain(now, m, id, e)
 	}
 	return nil

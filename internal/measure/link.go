@@ -114,11 +114,12 @@ func (l *Link) Probe(now time.Time) (seq uint32, stamp int64) {
 // took to send it is not measured as delay.
 const MaxRestamp = time.Second
 
-// OnReply takes a reply received at now and adds its samples: the
+// OnReply takes a reply read at rx and handled at now (rx is t4, and may
+// be earlier than times already given) and adds its samples, at now: the
 // offset-shifted one-way delay t2 − t1 and the round trip
 // (t4 − t1) − (t3 − t2), with t1 as echoed by the reply (the restamped
 // send time, within MaxRestamp of the recorded one).
-func (l *Link) OnReply(now time.Time, r *wire.ProbeReply) error {
+func (l *Link) OnReply(now, rx time.Time, r *wire.ProbeReply) error {
 	p := &l.ring[r.Seq%ringLen]
 	late := time.Duration(r.ProbeSendTime - p.stamp)
 	if p.seq != r.Seq || late < 0 || late > MaxRestamp || p.at.IsZero() {
@@ -128,7 +129,7 @@ func (l *Link) OnReply(now time.Time, r *wire.ProbeReply) error {
 		return ErrDuplicate
 	}
 	hold := time.Duration(r.ReplySendTime - r.ProbeRecvTime)
-	rtt := now.Sub(p.at.Add(late)) - hold
+	rtt := rx.Sub(p.at.Add(late)) - hold
 	if hold < 0 || rtt < 0 {
 		return ErrBadTimes
 	}

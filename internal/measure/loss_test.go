@@ -147,7 +147,7 @@ func (p *peerLink) probe(fwdLost, backLost bool) {
 		r := wire.ProbeReply{Sender: 2, Receiver: 1, Seq: seq, ProbeSendTime: stamp, ProbeRecvTime: t2.UnixNano(),
 			ReplySendTime: t2.UnixNano(), HasReceived: true, Received: p.received}
 		if !backLost {
-			if err := p.l.OnReply(p.now.Add(10*time.Millisecond), &r); err != nil {
+			if err := p.l.OnReply(p.now.Add(10*time.Millisecond), p.now.Add(10*time.Millisecond), &r); err != nil {
 				panic(err)
 			}
 		}

@@ -98,7 +98,7 @@ func exchange(l *Link, now time.Time, fwd, back, offset, hold time.Duration) tim
 	r := wire.ProbeReply{Sender: 2, Receiver: 1, Seq: seq, ProbeSendTime: stamp,
 		ProbeRecvTime: t2.UnixNano(), ReplySendTime: t2.Add(hold).UnixNano()}
 	t4 := now.Add(fwd + hold + back)
-	if err := l.OnReply(t4, &r); err != nil {
+	if err := l.OnReply(t4, t4, &r); err != nil {
 		panic(err)
 	}
 	return t4
@@ -134,12 +134,12 @@ func TestLinkBadReplies(t *testing.T) {
 	l := NewLink(DefaultConfig())
 	now := t0
 	r := wire.ProbeReply{Seq: 9999}
-	if err := l.OnReply(now, &r); err != ErrUnknownProbe {
+	if err := l.OnReply(now, now, &r); err != ErrUnknownProbe {
 		t.Errorf("unknown probe: %v", err)
 	}
 	seq, stamp := l.Probe(now)
 	r = wire.ProbeReply{Seq: seq, ProbeSendTime: stamp, ProbeRecvTime: 10, ReplySendTime: 5}
-	if err := l.OnReply(now, &r); err != ErrBadTimes {
+	if err := l.OnReply(now, now, &r); err != ErrBadTimes {
 		t.Errorf("negative hold: %v", err)
 	}
 }
@@ -156,7 +156,7 @@ func TestLinkTakesARestampedSendTime(t *testing.T) {
 		seq, stamp := l.Probe(now)
 		left := stamp + int64(late)
 		r := wire.ProbeReply{Seq: seq, ProbeSendTime: left, ProbeRecvTime: left + int64(fwd), ReplySendTime: left + int64(fwd)}
-		if err := l.OnReply(now.Add(late+fwd+back), &r); err != nil {
+		if err := l.OnReply(now.Add(late+fwd+back), now.Add(late+fwd+back), &r); err != nil {
 			t.Fatal(err)
 		}
 		now = now.Add(100 * time.Millisecond)
@@ -167,7 +167,7 @@ func TestLinkTakesARestampedSendTime(t *testing.T) {
 	for _, off := range []time.Duration{-time.Nanosecond, MaxRestamp + time.Nanosecond} {
 		seq, stamp := l.Probe(now)
 		r := wire.ProbeReply{Seq: seq, ProbeSendTime: stamp + int64(off), ProbeRecvTime: stamp + int64(fwd), ReplySendTime: stamp + int64(fwd)}
-		if err := l.OnReply(now.Add(fwd+back), &r); err != ErrUnknownProbe {
+		if err := l.OnReply(now.Add(fwd+back), now.Add(fwd+back), &r); err != ErrUnknownProbe {
 			t.Errorf("echoed send time %v from the recorded one: %v, want ErrUnknownProbe", off, err)
 		}
 	}

@@ -66,7 +66,11 @@ type Site struct {
 	// Switches are the path changes the core handed out (its Ready's, which
 	// the agent logs), oldest first; tests may clear it.
 	Switches []routing.Switch
-	Alive    bool
+	// HandleLag is how long after a datagram is read its site's shell
+	// hands it to the core (with the time it was read), as the control
+	// loop of a busy gateway does; ticks due meanwhile run first.
+	HandleLag time.Duration
+	Alive     bool
 	index    int
 	starts   uint64 // how many times the site was started
 	wakeAt   time.Time
@@ -295,7 +299,7 @@ func (n *Net) Leave(name string) {
 
 // Inject delivers a datagram to a site now, as if from the given address.
 func (n *Net) Inject(to string, from netip.AddrPort, pkt []byte) {
-	n.push(&event{at: n.now, site: n.Site(to), from: from, pkt: slices.Clone(pkt)})
+	n.push(&event{at: n.now, rx: n.now, site: n.Site(to), from: from, pkt: slices.Clone(pkt)})
 }
 
 // Do runs f on a site's core at the current time (for operator calls) and
@@ -337,7 +341,7 @@ func (n *Net) handle(ev *event) {
 		s.wakeAt = time.Time{}
 		s.Core.Tick(s.Local(n.now))
 	} else {
-		s.Core.Receive(s.Local(n.now), ev.from, ev.pkt)
+		s.Core.Receive(s.Local(ev.rx), ev.from, ev.pkt)
 	}
 	n.after(s)
 }
@@ -405,7 +409,8 @@ func (n *Net) drain(s *Site) {
 		if l.Jitter > 0 {
 			d += time.Duration(rng.Int64N(int64(l.Jitter)))
 		}
-		n.push(&event{at: n.now.Add(d), site: dst, from: from, pkt: o.Payload})
+		rx := n.now.Add(d)
+		n.push(&event{at: rx.Add(dst.HandleLag), rx: rx, site: dst, from: from, pkt: o.Payload})
 	}
 	s.Switches = append(s.Switches, rd.Switches...)
 	if rd.Table != nil {
@@ -584,6 +589,7 @@ type event struct {
 	site *Site
 	from netip.AddrPort
 	pkt  []byte // nil for a wake-up
+	rx   time.Time // when a datagram was read (global)
 }
 
 func (n *Net) push(ev *event) {

@@ -253,3 +253,41 @@ func TestThroughputLanman2017(t *testing.T) {
 	}
 	t.Logf("largest error %.1f %%", 100*worst)
 }
+
+// TestLateHandlingMeasuresTheWire: sites whose shells hand every datagram
+// to the core 30 ms after reading it, ticks running meanwhile (a busy
+// gateway's control loop), measure what a prompt site measures: the round
+// trips, the mean one-way delays and the trains' rates, since the core
+// measures with the time a datagram was read, not the time it was
+// handled.
+func TestLateHandlingMeasuresTheWire(t *testing.T) {
+	n := narrowTriangle(5, nil)
+	for _, s := range n.Sites() {
+		s.HandleLag = 30 * ms
+	}
+	start(t, n)
+	n.RunFor(30 * time.Second)
+	truth := map[[2]string]float64{{"A", "B"}: 20e6, {"B", "A"}: 20e6, {"A", "C"}: 200e6, {"C", "A"}: 200e6,
+		{"B", "C"}: 200e6, {"C", "B"}: 200e6}
+	for _, s := range n.Sites() {
+		for _, l := range s.Node.Links(s.Local(n.Now())) {
+			if l.From != s.Name {
+				continue
+			}
+			want := 2 * n.LinkOf(l.From, l.To).Delay
+			t.Logf("at %s: %s→%s RTT %v (wire %v), mean one-way %v against %v, rate %.1f Mbit/s (%s)",
+				s.Name, l.From, l.To, l.RTT, want, l.MeanDelay, l.Delay, l.Rate.Rate/1e6, l.Rate.Kind)
+			if l.RTT < want || l.RTT > want+ms/2 {
+				t.Errorf("at %s: %s→%s RTT %v, want the wire's %v within 0.5 ms", s.Name, l.From, l.To, l.RTT, want)
+			}
+			if d := l.MeanDelay - l.Delay; d < 0 || d > ms/2 {
+				t.Errorf("at %s: %s→%s mean one-way delay %v above its floor %v, want within 0.5 ms", s.Name, l.From, l.To, l.MeanDelay, l.Delay)
+			}
+		}
+		for _, l := range s.Node.Links(s.Local(n.Now())) {
+			if want := truth[[2]string{l.From, l.To}]; l.Rate.Rate < 0.8*want || l.Rate.Rate > 1.2*want {
+				t.Errorf("at %s: %s→%s rate %.1f Mbit/s (%s), want %.0f ± 20 %%", s.Name, l.From, l.To, l.Rate.Rate/1e6, l.Rate.Kind, want/1e6)
+			}
+		}
+	}
+}

@@ -160,14 +160,17 @@ func (c *Core) observe(now time.Time) time.Time {
 
 // Receive handles a datagram from the underlay that is not data: a
 // control datagram (sealed when the site is), or a handshake message.
-// now is when it was read (see ReceiveTime). pkt may be modified.
-func (c *Core) Receive(now time.Time, from netip.AddrPort, pkt []byte) {
-	now = c.observe(now)
+// rx is when it was read (see ReceiveTime); the control node measures with
+// it, while the rest of the core takes the latest time given, since a
+// datagram read before a tick may be handled after it. pkt may be
+// modified.
+func (c *Core) Receive(rx time.Time, from netip.AddrPort, pkt []byte) {
+	now := c.observe(rx)
 	if _, _, err := wire.ParseCommon(pkt); err != nil {
 		// Not a detour datagram (too short, wrong magic or version): the
 		// control node drops it and counts it by kind, sealed or not,
 		// before the sealing layer reads its type.
-		if c.node.Receive(now, from, pkt) != nil {
+		if c.node.Receive(rx, from, pkt) != nil {
 			c.rejected++
 		}
 		return
@@ -185,7 +188,7 @@ func (c *Core) Receive(now time.Time, from netip.AddrPort, pkt []byte) {
 		return
 	}
 	if c.sec == nil {
-		if err := c.node.Receive(now, from, pkt); err != nil {
+		if err := c.node.Receive(rx, from, pkt); err != nil {
 			c.rejected++
 		}
 		return
@@ -197,7 +200,7 @@ func (c *Core) Receive(now time.Time, from netip.AddrPort, pkt []byte) {
 		c.onRevocation(now, site, inner)
 	case isKVMessage(inner):
 		c.onKVMessage(now, site, inner)
-	case c.node.Receive(now, from, inner) != nil:
+	case c.node.Receive(rx, from, inner) != nil:
 		c.rejected++
 	}
 	if site != 0 {

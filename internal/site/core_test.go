@@ -301,24 +301,31 @@ func TestReceiveTime(t *testing.T) {
 	}
 }
 
-func TestTimeNeverGoesBack(t *testing.T) {
+// TestLateDatagramKeepsItsReadTime: a probe read before a tick but
+// handled after it is measured at the time it was read (the reply's t2),
+// while the reply leaves no earlier than the tick (its t3), so that the
+// prober takes the wait out of the round trip; the core's clock for
+// everything else never goes back.
+func TestLateDatagramKeepsItsReadTime(t *testing.T) {
 	h := newNet(t, 2, false, 5)
 	h.run(time.Second)
 	c, s1 := h.cores[0], h.cores[1]
 	late := h.now.Add(20 * time.Millisecond)
 	c.Tick(late)
 	c.Ready(late)
-	// A probe read before the tick but handled after it is taken as
-	// received at the tick's time, not earlier.
 	probe := wire.AppendProbe(nil, &wire.Probe{Sender: s1.Control().ID(), Receiver: c.Control().ID(), Seq: 99, SendTime: h.now.UnixNano()})
 	c.Receive(h.now, addr(1), probe)
+	if got := c.observe(time.Time{}); !got.Equal(late) {
+		t.Errorf("the core's clock is %v after the late datagram, want the tick's %v", got, late)
+	}
 	var replied bool
 	for _, d := range c.Ready(late).Send {
 		var r wire.ProbeReply
 		if wire.ParseProbeReply(d.Payload, &r) == nil && r.Seq == 99 {
 			replied = true
-			if r.ProbeRecvTime != late.UnixNano() {
-				t.Errorf("probe received at %d, want the latest time %d", r.ProbeRecvTime, late.UnixNano())
+			if r.ProbeRecvTime != h.now.UnixNano() || r.ReplySendTime < late.UnixNano() {
+				t.Errorf("probe received at %d and replied at %d, want read at %d and replied at %d or later",
+					r.ProbeRecvTime, r.ReplySendTime, h.now.UnixNano(), late.UnixNano())
 			}
 		}
 	}
