@@ -365,12 +365,14 @@ func (a *Agent) controlLoop(ctx context.Context) {
 			return
 		case p := <-a.ctlIn:
 			a.core.Receive(p.at, p.from, p.data)
-			a.drainControl()
-			a.applyPending(a.clock.Now())
-			a.storeRevocations()
+			a.drainControl(maxControlBatch - 1)
 		case f := <-a.reqs:
 			f()
 		case <-timer.C:
+			// The datagrams read before the deadline go first: after a
+			// stall, the replies that came meanwhile must be counted
+			// before the failure detector looks at the silence.
+			a.drainControl(len(a.ctlIn))
 			a.core.Tick(a.clock.Now())
 		case <-expire.C:
 			for _, p := range a.engine.Ports() {
@@ -391,11 +393,16 @@ func (a *Agent) controlLoop(ctx context.Context) {
 // loop takes at once before it sends the answers in one batch.
 const maxControlBatch = 64
 
-// drainControl receives the control datagrams already queued, so that
-// under load one flush and one timer reset (a system call and an O(N)
-// deadline scan) serve a whole batch.
-func (a *Agent) drainControl() {
-	for range maxControlBatch - 1 {
+// drainControl receives up to n of the control datagrams already queued,
+// so that under load one flush and one timer reset (a system call and an
+// O(N) deadline scan) serve a whole batch, and then applies what they
+// changed.
+func (a *Agent) drainControl(n int) {
+	defer func() {
+		a.applyPending(a.clock.Now())
+		a.storeRevocations()
+	}()
+	for range n {
 		select {
 		case p := <-a.ctlIn:
 			a.core.Receive(p.at, p.from, p.data)
