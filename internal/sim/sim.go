@@ -71,11 +71,11 @@ type Site struct {
 	// loop of a busy gateway does; ticks due meanwhile run first.
 	HandleLag time.Duration
 	Alive     bool
-	index    int
-	starts   uint64 // how many times the site was started
-	wakeAt   time.Time
-	table    *routing.Table
-	nat      *NAT // nil: the site is reachable at Addr
+	index     int
+	starts    uint64 // how many times the site was started
+	wakeAt    time.Time
+	table     *routing.Table
+	nat       *NAT // nil: the site is reachable at Addr
 }
 
 // RouteChange records a change of one site's path to one destination.
@@ -588,7 +588,7 @@ type event struct {
 	seq  uint64
 	site *Site
 	from netip.AddrPort
-	pkt  []byte // nil for a wake-up
+	pkt  []byte    // nil for a wake-up
 	rx   time.Time // when a datagram was read (global)
 }
 
