@@ -702,6 +702,44 @@ func TestOverlayAzure16(t *testing.T) {
 			t.Errorf("control traffic per site: mean %.0f B/s, max %.0f B/s: outside [%d, %.0f]", mean, slices.Max(rates), 300*28, limit)
 		}
 	})
+
+	t.Run("pause", func(t *testing.T) { pauseEverything(t, o, switches) })
+}
+
+// pauseEverything stops every agent and the emulator for 1.5 s (SIGSTOP
+// and SIGCONT by PID), as a host pausing the virtual machines or a stalled
+// lab does, and counts the route switches of all sites in the 15 s after:
+// nobody's links failed, so there are none (a few are allowed for an
+// unrelated change). Before the agents' failure detection counted only
+// the time they ran, every site found every link dead at once: 560–650
+// switches (docs/site.md).
+func pauseEverything(t *testing.T, o *overlay, switches func() (uint64, bool)) {
+	var pids []int
+	for _, p := range o.st.Procs {
+		if strings.HasPrefix(p.Name, "agent-") || p.Name == "wanem" {
+			pids = append(pids, p.PID)
+		}
+	}
+	signal := func(sig syscall.Signal) {
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, sig); err != nil {
+				t.Errorf("signal %v to %d: %v", sig, pid, err)
+			}
+		}
+	}
+	sw0, ok := switches()
+	if !ok {
+		t.Fatal("a site lacks routes before the pause")
+	}
+	signal(syscall.SIGSTOP)
+	time.Sleep(1500 * time.Millisecond)
+	signal(syscall.SIGCONT)
+	time.Sleep(15 * time.Second)
+	sw1, _ := switches()
+	t.Logf("%d route switches on all %d sites in the 15 s after a pause of 1.5 s of every agent and the emulator", sw1-sw0, len(pids)-1)
+	if sw1-sw0 > uint64(len(pids)) {
+		t.Errorf("%d route switches after a pause of everything, want none", sw1-sw0)
+	}
 }
 
 // upTime is when the bed finished coming up (approximately).

@@ -105,12 +105,15 @@ type Node struct {
 	lossMemo      map[lossKey]routing.Loss     // lossEstimate's answers
 	scratch       wire.LinkState
 	timers        timers
-	lastRefresh   time.Time        // when refresh last ran
-	refreshDue    time.Time        // when a deferred refresh must run (zero: none)
-	deadline      time.Time        // NextDeadline's cached answer
-	deadlineStale bool             // deadline must be recomputed
-	sorted        []*member        // sortedMembers' cache; nil when stale
-	switches      []routing.Switch // path changes not yet taken by Switches
+	lastRefresh   time.Time // when refresh last ran
+	refreshDue    time.Time // when a deferred refresh must run (zero: none)
+	deadline      time.Time // NextDeadline's cached answer
+	deadlineStale bool      // deadline must be recomputed
+	// promised is NextDeadline's last answer: a Tick much later than it
+	// finds the node woken late (see resume).
+	promised time.Time
+	sorted   []*member        // sortedMembers' cache; nil when stale
+	switches []routing.Switch // path changes not yet taken by Switches
 	// The probe budget's token bucket (bytes, last filled at tokensAt)
 	// and the last train's ID (throughput.go).
 	tokens   float64
@@ -195,6 +198,7 @@ func (n *Node) emit(to netip.AddrPort, payload []byte) {
 // Tick runs the timers: probes, failure detection, link-state origination
 // and refresh, gossip, expiry and route selection.
 func (n *Node) Tick(now time.Time) {
+	n.resume(now, true)
 	n.observe(now)
 	n.deadlineStale = true
 	if n.left {
@@ -214,8 +218,9 @@ func (n *Node) Tick(now time.Time) {
 }
 
 // observe records the latest time seen, so that NextDeadline never returns
-// a time already past.
+// a time already past, after checking for a pause (see resume).
 func (n *Node) observe(now time.Time) {
+	n.resume(now, false)
 	if now.After(n.last) {
 		n.last = now
 	}
@@ -303,10 +308,48 @@ func (n *Node) NextDeadline() time.Time {
 	if n.deadlineStale {
 		n.deadline, n.deadlineStale = n.computeDeadline(), false
 	}
+	n.promised = n.deadline
 	if !n.refreshDue.IsZero() && (n.deadline.IsZero() || n.refreshDue.Before(n.deadline)) {
-		return n.refreshDue
+		n.promised = n.refreshDue
 	}
-	return n.deadline
+	return n.promised
+}
+
+// resume handles an event far later than the deadline this node gave: a
+// Tick more than a probe interval late, or a datagram read that long
+// after the deadline without a Tick since. The node was not running (its
+// process or its machine was stopped, or starved of CPU): it could
+// neither send probes nor read replies, and the silence of that time
+// says nothing about its links. Every silence timer (a member last heard,
+// a link's last reply, an origin's last report) moves on by the delay, so
+// that failure detection counts only the time the node ran: a link that
+// did fail meanwhile is found down a delay later, and one that did not
+// stays up instead of every route moving at once.
+//
+// Any other event (a datagram, at the time it was read, or the data
+// path's byte counts) may come in the middle of the pause: the delay up
+// to it is moved on, and what follows is measured from it. A Tick ends
+// the measure, so that a caller that ticks without asking NextDeadline is
+// never taken for a late one.
+func (n *Node) resume(t time.Time, tick bool) {
+	p := n.promised
+	if tick {
+		n.promised = time.Time{}
+	}
+	if p.IsZero() || t.Sub(p) <= n.timers.probe {
+		return
+	}
+	if !tick {
+		n.promised = t
+	}
+	n.counters.LateWakes++
+	n.counters.LateWakeMs += uint64(t.Sub(p) / time.Millisecond)
+	for _, m := range n.members {
+		m.lastHeard = measure.Resumed(m.lastHeard, p, t)
+		m.link.Pause(p, t)
+	}
+	n.db.Retime(func(at time.Time) time.Time { return measure.Resumed(at, p, t) })
+	n.deadlineStale = true
 }
 
 // computeDeadline is the earliest timer after the latest time seen.

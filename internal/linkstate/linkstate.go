@@ -323,6 +323,15 @@ func (db *DB) Expire(now time.Time, self wire.SiteID) []wire.SiteID {
 	return gone
 }
 
+// Retime replaces the time each origin was last heard from by f of it:
+// a node that was not running for a while moves these times on, so that
+// reports do not expire for the silence it could not observe.
+func (db *DB) Retime(f func(time.Time) time.Time) {
+	for _, o := range db.origins {
+		o.Received = f(o.Received)
+	}
+}
+
 // Fresh reports whether an origin's report was received within
 // ExpireAfter.
 func (db *DB) Fresh(now time.Time, id wire.SiteID) bool {

@@ -178,6 +178,15 @@ func (f *Filter) detectStep(v time.Duration) {
 	}
 }
 
+// Pause moves the samples' times on for a pause of their observer from
+// "from" to "to" (see Resumed), so that they do not age while it could
+// not take new ones.
+func (f *Filter) Pause(from, to time.Time) {
+	for i := range f.samples {
+		f.samples[i].at = Resumed(f.samples[i].at, from, to)
+	}
+}
+
 // expire drops samples older than MaxAge.
 func (f *Filter) expire(now time.Time) {
 	i := 0

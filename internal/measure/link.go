@@ -208,6 +208,33 @@ func (l *Link) stretchDownAfter(now time.Time) {
 // stretch for loss is applied again at the next reply.
 func (l *Link) SetDownAfter(d time.Duration) { l.cfg.DownAfter, l.downAfter = d, d }
 
+// Pause tells the link that its prober was not running from "from" to
+// "to": the silence it could not observe does not count towards
+// DownAfter, and its samples do not age meanwhile (see Resumed).
+func (l *Link) Pause(from, to time.Time) {
+	l.lastReply = Resumed(l.lastReply, from, to)
+	l.delay.Pause(from, to)
+	l.rtt.Pause(from, to)
+}
+
+// Resumed returns the time of a last sign of life at moved on by the
+// length of a pause from "from" to "to", but never past "to": the
+// silence that counts is the time its observer ran. The zero time stays
+// zero.
+func Resumed(at, from, to time.Time) time.Time {
+	if at.IsZero() || !at.Before(to) {
+		return at
+	}
+	return minTime(at.Add(to.Sub(from)), to)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 // LastReply returns when the last valid reply arrived (zero if none).
 func (l *Link) LastReply() time.Time { return l.lastReply }
 

@@ -70,12 +70,15 @@ type Site struct {
 	// hands it to the core (with the time it was read), as the control
 	// loop of a busy gateway does; ticks due meanwhile run first.
 	HandleLag time.Duration
-	Alive     bool
-	index     int
-	starts    uint64 // how many times the site was started
-	wakeAt    time.Time
-	table     *routing.Table
-	nat       *NAT // nil: the site is reachable at Addr
+	// pausedUntil is the end of a Pause: until then the site handles
+	// nothing.
+	pausedUntil time.Time
+	Alive       bool
+	index       int
+	starts      uint64 // how many times the site was started
+	wakeAt      time.Time
+	table       *routing.Table
+	nat         *NAT // nil: the site is reachable at Addr
 }
 
 // RouteChange records a change of one site's path to one destination.
@@ -289,6 +292,14 @@ func (n *Net) Kill(name string) {
 	s.wakeAt = time.Time{}
 }
 
+// Pause stops a site for d, as a stopped process or virtual machine: its
+// datagrams wait, with the times they were read, and its timers are late;
+// at the end it handles what waited, datagrams first, and runs again.
+func (n *Net) Pause(name string, d time.Duration) {
+	s := n.Site(name)
+	s.pausedUntil = n.now.Add(d)
+}
+
 // Leave makes a site leave cleanly and then stops it.
 func (n *Net) Leave(name string) {
 	s := n.Site(name)
@@ -333,6 +344,10 @@ func (n *Net) handle(ev *event) {
 	if !s.Alive {
 		return
 	}
+	if n.now.Before(s.pausedUntil) {
+		n.postpone(s, ev)
+		return
+	}
 	n.Events++
 	if ev.pkt == nil {
 		if !ev.at.Equal(s.wakeAt) {
@@ -344,6 +359,22 @@ func (n *Net) handle(ev *event) {
 		s.Core.Receive(s.Local(ev.rx), ev.from, ev.pkt)
 	}
 	n.after(s)
+}
+
+// postpone moves an event of a paused site to the end of its pause: a
+// datagram keeps the time it was read; a wake-up goes after the
+// datagrams that waited, as the agent runs a tick after the datagrams
+// already read.
+func (n *Net) postpone(s *Site, ev *event) {
+	if ev.pkt != nil {
+		n.push(&event{at: s.pausedUntil, rx: ev.rx, site: s, from: ev.from, pkt: ev.pkt})
+		return
+	}
+	if !ev.at.Equal(s.wakeAt) {
+		return // superseded wake-up
+	}
+	s.wakeAt = s.pausedUntil.Add(time.Nanosecond)
+	n.push(&event{at: s.wakeAt, site: s})
 }
 
 // after does what a site's core asks (sends its datagrams, records its

@@ -9,7 +9,8 @@ import "github.com/detour-overlay/detour/internal/wire"
 func (c *Core) Counters() map[string]uint64 {
 	cc := c.node.Counters()
 	out := map[string]uint64{"route_switches": cc.Switches, "route_computations": cc.Refreshes,
-		"probe_bytes": cc.ProbeBytes, "trains_sent": cc.TrainsSent, "train_packets_in": cc.TrainPacketsIn, "train_reports": cc.TrainReports}
+		"probe_bytes": cc.ProbeBytes, "trains_sent": cc.TrainsSent, "train_packets_in": cc.TrainPacketsIn, "train_reports": cc.TrainReports,
+		"late_wakes": cc.LateWakes, "late_wake_ms": cc.LateWakeMs}
 	for t := range cc.In {
 		name := wire.Type(t).String()
 		if cc.In[t].Packets > 0 || cc.Out[t].Packets > 0 {
