@@ -56,9 +56,9 @@ type Counters struct {
 	// the reports of this site's trains (throughput.go).
 	TrainsSent, ProbeBytes       uint64
 	TrainPacketsIn, TrainReports uint64
-	// LateWakes counts the Ticks that came more than a probe interval
-	// after the deadline the node gave, and LateWakeMs their lateness in
-	// milliseconds: time the node was not running, which its failure
+	// LateWakes counts the times the node found itself woken more than a
+	// probe interval after the deadline it gave, and LateWakeMs how late
+	// in milliseconds: time the node was not running, which its failure
 	// detection did not count (see Node.resume).
 	LateWakes, LateWakeMs uint64
 }

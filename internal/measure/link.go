@@ -217,10 +217,10 @@ func (l *Link) Pause(from, to time.Time) {
 	l.rtt.Pause(from, to)
 }
 
-// Resumed returns the time of a last sign of life at moved on by the
-// length of a pause from "from" to "to", but never past "to": the
-// silence that counts is the time its observer ran. The zero time stays
-// zero.
+// Resumed returns at, the time of a last sign of life, moved on by the
+// length of its observer's pause from "from" to "to", but never past
+// "to": the silence that counts is the time the observer ran. The zero
+// time stays zero, and a time not before "to" stays as it is.
 func Resumed(at, from, to time.Time) time.Time {
 	if at.IsZero() || !at.Before(to) {
 		return at
