@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -85,6 +86,7 @@ type Agent struct {
 	kvBox       *kvBox                     // pools and networks handed to the kv loop (kvdist.go)
 	kvNets      atomic.Pointer[[]kvNet]    // the networks with pools, for the metrics
 	running     atomic.Bool                // the control loop takes requests
+	startMu     sync.Mutex                 // orders requests run before Run (do) with Run's start
 	stopped     chan struct{}
 	started     time.Time
 	registry    *prometheus.Registry
@@ -275,6 +277,7 @@ func (a *Agent) controlConfig() control.Config {
 	cfg.Routing.MaxHops = a.cfg.MaxHops
 	cfg.Economy = a.cfg.Measurement == config.MeasurementEconomy
 	cfg.Routing.Bulk = bulkRouting(a.cfg.Bulk)
+	cfg.Stopwatch = time.Now
 	return cfg
 }
 
@@ -319,7 +322,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.started = time.Now()
 	// From here on the core belongs to the control loop: the API and the
 	// handshake worker reach it through requests.
+	a.startMu.Lock() // a request running at once (do) finishes first
 	a.running.Store(true)
+	a.startMu.Unlock()
 	closeAPI, err := a.serveAPI()
 	if err != nil {
 		close(a.stopped)
@@ -416,10 +421,13 @@ func (a *Agent) drainControl(n int) {
 // before Run it runs f at once. It reports false, without running f, once
 // the loop has stopped.
 func (a *Agent) do(f func()) bool {
+	a.startMu.Lock()
 	if !a.running.Load() {
+		defer a.startMu.Unlock()
 		f()
 		return true
 	}
+	a.startMu.Unlock()
 	done := make(chan struct{})
 	select {
 	case a.reqs <- func() { f(); close(done) }:

@@ -70,6 +70,13 @@ type Config struct {
 	// earlier scheme: every link probed alike, every report the whole
 	// row.
 	Economy bool
+	// Stopwatch, if set, reads the wall clock. The node then times its
+	// route computations with it and spaces them so that they take at
+	// most 1/refreshShare of the time (timers.go): a computation costs
+	// O(N²) and more, and on a busy machine it also waits for the CPU.
+	// Nil (the simulator, tests): the spacing depends on the member
+	// count alone, so runs stay deterministic.
+	Stopwatch func() time.Time
 	// Throughput tunes the estimation of available throughput and its
 	// packet trains (throughput.go).
 	Throughput ThroughputConfig

@@ -45,8 +45,10 @@ type Counters struct {
 	In, Out  [8]TypeCount // indexed by wire.Type
 	Dropped  [numDrops]uint64
 	Switches uint64 // route changes made by this node
-	// Refreshes counts recomputations of liveness, link state and routes.
-	Refreshes uint64
+	// Refreshes counts recomputations of liveness, link state and routes,
+	// and RefreshMicros their wall time in microseconds when the node
+	// has a Stopwatch.
+	Refreshes, RefreshMicros uint64
 	// Roamed counts the members whose address followed the source of
 	// their authenticated datagrams (Roam).
 	Roamed uint64

@@ -103,6 +103,8 @@ type Node struct {
 	nextBootstrap time.Time
 	helloSent     map[netip.AddrPort]time.Time // rate limit for hellos to unknown senders
 	lossMemo      map[lossKey]routing.Loss     // lossEstimate's answers
+	lossSlots     map[wire.SiteID][]lossSlot   // the matrix's loss estimates, by origin
+	refreshCost   time.Duration                // a route computation's smoothed wall time (Stopwatch)
 	scratch       wire.LinkState
 	timers        timers
 	lastRefresh   time.Time // when refresh last ran
@@ -149,6 +151,7 @@ func New(cfg Config, now time.Time) (*Node, error) {
 		started:   now,
 		helloSent: map[netip.AddrPort]time.Time{},
 		lossMemo:  map[lossKey]routing.Loss{},
+		lossSlots: map[wire.SiteID][]lossSlot{},
 	}
 	n.timers = scaledTimers(&cfg, 0)
 	n.Tick(now)
@@ -208,7 +211,7 @@ func (n *Node) Tick(now time.Time) {
 	n.probe(now)
 	n.expireTrains(now)
 	n.trains(now)
-	if need, urgent := n.refreshNeeded(now); urgent && n.cfg.Economy {
+	if need, urgent := n.refreshNeeded(now); urgent && (n.cfg.Economy || n.paced()) {
 		n.refresh(now) // a link turned suspect or down: its routes move now
 	} else if need {
 		n.refreshSoon(now)
@@ -263,9 +266,9 @@ func (n *Node) refreshNeeded(now time.Time) (need, urgent bool) {
 // interval ago, at the end of that interval: a burst of probe replies and
 // link-state reports then costs one route computation, not one each.
 func (n *Node) refreshSoon(now time.Time) {
-	if !n.lastRefresh.IsZero() && now.Sub(n.lastRefresh) < n.timers.batch {
+	if b := n.batch(); !n.lastRefresh.IsZero() && now.Sub(n.lastRefresh) < b {
 		if n.refreshDue.IsZero() {
-			n.refreshDue = n.lastRefresh.Add(n.timers.batch)
+			n.refreshDue = n.lastRefresh.Add(b)
 		}
 		return
 	}
@@ -274,6 +277,10 @@ func (n *Node) refreshSoon(now time.Time) {
 
 // refresh recomputes liveness, this site's link state, and the routes.
 func (n *Node) refresh(now time.Time) {
+	if sw := n.cfg.Stopwatch; sw != nil {
+		start := sw()
+		defer func() { n.timeRefresh(sw().Sub(start)) }()
+	}
 	n.lastRefresh, n.refreshDue = now, time.Time{}
 	n.counters.Refreshes++
 	n.deadlineStale = true
@@ -487,7 +494,7 @@ const legacyLossSamples = 20
 // lossEstimate returns a reported link's loss with its interval, as every
 // site computes it from the report, and the lower bound routing charges,
 // at the confidence chargeZ that holds over all the overlay's links.
-func (n *Node) lossEstimate(l linkstate.Link, chargeZ float64) routing.Loss {
+func (n *Node) lossEstimate(l *linkstate.Link, chargeZ float64) routing.Loss {
 	key := lossKey{l.Loss, l.LossSamples, chargeZ}
 	if e, ok := n.lossMemo[key]; ok {
 		return e
@@ -498,6 +505,44 @@ func (n *Node) lossEstimate(l linkstate.Link, chargeZ float64) routing.Loss {
 	e := n.computeLoss(l, chargeZ)
 	n.lossMemo[key] = e
 	return e
+}
+
+// lossSlot remembers the loss estimate of the link at one position of an
+// origin's report, with what it was computed from. A route computation
+// estimates N² links; most did not change since the last one, and
+// comparing a slot is cheaper than hashing a key (a memo map was a fifth
+// of the agent's time at 54 sites).
+type lossSlot struct {
+	to      wire.SiteID
+	rate    float64
+	samples int
+	chargeZ float64
+	loss    routing.Loss
+	set     bool
+}
+
+// slotLoss returns the loss estimate of l, the link at position k of its
+// origin's report, from slots (the origin's remembered estimates).
+func (n *Node) slotLoss(slots []lossSlot, k int, l *linkstate.Link, chargeZ float64) routing.Loss {
+	s := &slots[k]
+	if !s.set || s.to != l.To || s.rate != l.Loss || s.samples != l.LossSamples || s.chargeZ != chargeZ {
+		*s = lossSlot{to: l.To, rate: l.Loss, samples: l.LossSamples, chargeZ: chargeZ, loss: n.computeLoss(l, chargeZ), set: true}
+	}
+	return s.loss
+}
+
+// originSlots returns the loss slots of an origin's report of k links,
+// and forgets the slots of origins no longer live now and then.
+func (n *Node) originSlots(id wire.SiteID, k, live int) []lossSlot {
+	if len(n.lossSlots) > 2*live+8 {
+		clear(n.lossSlots)
+	}
+	slots := n.lossSlots[id]
+	if len(slots) != k {
+		slots = make([]lossSlot, k)
+		n.lossSlots[id] = slots
+	}
+	return slots
 }
 
 // lossKey is what a link's loss estimate depends on.
@@ -513,7 +558,7 @@ type lossKey struct {
 const maxLossMemo = 1 << 14
 
 // computeLoss is lossEstimate without the memo.
-func (n *Node) computeLoss(l linkstate.Link, chargeZ float64) routing.Loss {
+func (n *Node) computeLoss(l *linkstate.Link, chargeZ float64) routing.Loss {
 	k := l.LossSamples
 	if k == 0 && l.Loss > 0 {
 		k = legacyLossSamples
@@ -567,23 +612,7 @@ func (n *Node) route(now time.Time) {
 			addrs[m.id] = m.addr
 		}
 	}
-	mx := routing.NewMatrix(live)
-	z := n.chargeZ(len(live))
-	for _, from := range live {
-		o, ok := n.db.Origin(from)
-		if !ok || (from != n.self && !n.db.Fresh(now, from)) {
-			continue
-		}
-		for _, l := range o.Links {
-			if l.Up {
-				e := routing.Edge{Delay: l.DelayAt(now), RTT: l.RTT, Loss: n.lossEstimate(l, z)}
-				e.Rate, e.RateKind, _, _ = n.db.Rate(now, from, l.To)
-				e.Suspect = from == n.self && n.suspect(now, n.members[l.To])
-				e.Settling = !l.Flapping && now.Sub(l.UpSince) < n.settleTime()
-				mx.Set(from, l.To, e)
-			}
-		}
-	}
+	mx := n.matrix(now, live)
 	sw := n.router.Update(now, mx, addrs)
 	n.deadlineStale = true // held switches have deadlines
 	if n.cfg.Economy {
@@ -598,6 +627,48 @@ func (n *Node) route(now time.Time) {
 	if k := len(n.switches) - maxPendingSwitches; k > 0 {
 		n.switches = append(n.switches[:0], n.switches[k:]...)
 	}
+}
+
+// matrix builds the routing matrix over the live sites from their latest
+// fresh reports. A link's available throughput is what its receiver
+// reports (the reverse link's RevRate, as DB.Rate reads it); it is taken
+// from the same pass over the reports rather than looked up per link,
+// since the pass is O(N²) and runs at every refresh.
+func (n *Node) matrix(now time.Time, live []wire.SiteID) *routing.Matrix {
+	mx := routing.NewMatrix(live)
+	z := n.chargeZ(len(live))
+	settle := n.settleTime()
+	type rate struct {
+		from, to wire.SiteID
+		rate     float64
+		kind     uint8
+	}
+	var rates []rate
+	for _, from := range live {
+		o, ok := n.db.Origin(from)
+		if !ok {
+			continue
+		}
+		fresh := from == n.self || n.db.Fresh(now, from)
+		slots := n.originSlots(from, len(o.Links), len(live))
+		for i := range o.Links {
+			l := &o.Links[i]
+			if l.RevRateKind != wire.RateKindNone && l.RevRate > 0 {
+				rates = append(rates, rate{l.To, from, l.RevRate, l.RevRateKind})
+			}
+			if !fresh || !l.Up {
+				continue
+			}
+			e := routing.Edge{Delay: l.DelayAt(now), RTT: l.RTT, Loss: n.slotLoss(slots, i, l, z)}
+			e.Suspect = from == n.self && n.suspect(now, n.members[l.To])
+			e.Settling = !l.Flapping && now.Sub(l.UpSince) < settle
+			mx.Set(from, l.To, e)
+		}
+	}
+	for _, r := range rates {
+		mx.SetRate(r.from, r.to, r.rate, r.kind)
+	}
+	return mx
 }
 
 // suspect reports whether this site's link to m has missed replies for

@@ -209,6 +209,16 @@ func (n *Node) onLinkState(now time.Time, from netip.AddrPort, pkt []byte) error
 // recomputing routes at once.
 const materialDelay = 100 * time.Microsecond
 
+// materialReport is the smallest change of a link's delay in a received
+// report that calls for recomputing routes at once: the least gain routing
+// switches for (the 0.5 ms floor of its threshold). Smaller drifts, which
+// every report carries when estimates jitter, wait for the next refresh
+// (at most a link-state refresh interval, 1 s, away), as they would wait
+// for a route switch's hold anyway. At 0.1 ms every report was material
+// and 54 sites recomputed their routes 16 times a second each; at 0.5 ms
+// 2.7 times, with the same routes and reroute times (docs/scaling.md).
+const materialReport = 500 * time.Microsecond
+
 // materialLoss reports whether a link's loss rate moved from a to b by at
 // least a percentage point, or to or from zero: a change that may move
 // routes at once. Smaller drifts, as the window of a steady rate slides,
@@ -219,14 +229,15 @@ func materialLoss(a, b float64) bool {
 
 // material reports whether a new report differs from the old one enough to
 // recompute routes at once: a link appeared, vanished or changed state,
-// or its delay moved by 0.1 ms or more.
-func material(old, cur map[wire.SiteID]linkstate.Link) bool {
+// its loss moved (materialLoss), or its delay by materialReport or more.
+// Both reports are sorted by destination.
+func material(old, cur []linkstate.Link) bool {
 	if len(old) != len(cur) {
 		return true
 	}
-	for id, c := range cur {
-		o, ok := old[id]
-		if !ok || o.Up != c.Up || (c.Delay-o.Delay).Abs() >= materialDelay || materialLoss(o.Loss, c.Loss) {
+	for i := range cur {
+		o, c := &old[i], &cur[i]
+		if o.To != c.To || o.Up != c.Up || (c.Delay-o.Delay).Abs() >= materialReport || materialLoss(o.Loss, c.Loss) {
 			return true
 		}
 	}
@@ -243,7 +254,7 @@ func (n *Node) deltaMaterial(ls *wire.LinkState) bool {
 	for i := range ls.Entries {
 		c := linkstate.FromWire(ls.Origin, &ls.Entries[i])
 		o, ok := n.db.Link(ls.Origin, c.To)
-		if !ok || o.Up != c.Up || (c.Delay-o.Delay).Abs() >= materialDelay || materialLoss(o.Loss, c.Loss) {
+		if !ok || o.Up != c.Up || (c.Delay-o.Delay).Abs() >= materialReport || materialLoss(o.Loss, c.Loss) {
 			return true
 		}
 	}

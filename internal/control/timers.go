@@ -9,9 +9,12 @@ import "time"
 // number of missed probes.
 //
 // batch is the shortest time between two recomputations of the routes
-// (refresh): 1 ms per member, between 5 and 50 ms. A refresh costs O(N³)
-// with N sites, and without a batch interval it would run on every probe
-// reply and report, hundreds of times a second at 50 sites.
+// (refresh): 1 ms per member, between 5 and 50 ms. A refresh costs O(N²)
+// and more with N sites, and without a batch interval it would run on
+// every probe reply and report, hundreds of times a second at 50 sites.
+// A node with a Stopwatch also keeps its refreshes within a share of the
+// wall clock (Node.batch), so that a large overlay, or a machine too
+// busy to give the agent the CPU it asks for, spaces them further.
 //
 // lsMin is the shortest time between two of this site's link-state
 // reports: the configured one, or 10 ms per member if longer. Every site
@@ -80,6 +83,39 @@ func scaledTimers(cfg *Config, members int) timers {
 	}
 	t.probe, t.suspect, t.down = need, scale(cfg.SuspectAfter), scale(cfg.DownAfter)
 	return t
+}
+
+// refreshShare is the most of the wall clock route computations may take
+// when the node has a Stopwatch: 1/20, 5 %. maxPacedBatch bounds the
+// interval this spacing may ask for.
+const (
+	refreshShare  = 20
+	maxPacedBatch = time.Second
+)
+
+// batch returns the shortest time between two refreshes in force: the
+// member count's (timers.batch), or longer when the measured cost of a
+// refresh calls for it (paced).
+func (n *Node) batch() time.Duration {
+	return max(n.timers.batch, min(maxPacedBatch, refreshShare*n.refreshCost))
+}
+
+// paced reports whether refreshes are spaced by their measured cost
+// beyond the member count's interval. Route changes that wait for the
+// next refresh then wait longer, so a link turning suspect or down
+// refreshes at once instead.
+func (n *Node) paced() bool { return n.batch() > n.timers.batch }
+
+// timeRefresh folds the wall time of one refresh into the smoothed cost
+// (an exponentially weighted mean over about eight refreshes).
+func (n *Node) timeRefresh(d time.Duration) {
+	d = max(d, 0)
+	n.counters.RefreshMicros += uint64(d.Microseconds())
+	if n.refreshCost == 0 {
+		n.refreshCost = d
+		return
+	}
+	n.refreshCost += (d - n.refreshCost) / 8
 }
 
 // DetectionTimes returns the probe interval and the link down time in

@@ -54,6 +54,10 @@ type Link struct {
 	RevRate     float64
 	RevRateKind uint8
 	RevRateAge  time.Duration
+	// RateAt is when the message that carried the rate was received
+	// (local clock; zero: At), for a rate kept from an earlier message
+	// by one without a rate section.
+	RateAt time.Time
 	// seq is the sequence number of the message that last set this
 	// entry: a delta message updates only entries older than itself.
 	seq uint32
@@ -73,10 +77,26 @@ func (l Link) DelayAt(now time.Time) time.Duration {
 
 // RateAge returns how old the reverse rate estimate is at now.
 func (l Link) RateAge(now time.Time) time.Duration {
-	if l.At.IsZero() {
+	at := l.RateAt
+	if at.IsZero() {
+		at = l.At
+	}
+	if at.IsZero() {
 		return l.RevRateAge
 	}
-	return l.RevRateAge + now.Sub(l.At)
+	return l.RevRateAge + now.Sub(at)
+}
+
+// keepRate gives l, from a message without a rate section, the rate
+// that p (the entry it replaces, if any) holds.
+func (l *Link) keepRate(p Link, had bool) {
+	if !had {
+		return
+	}
+	l.RevRate, l.RevRateKind, l.RevRateAge, l.RateAt = p.RevRate, p.RevRateKind, p.RevRateAge, p.RateAt
+	if l.RateAt.IsZero() {
+		l.RateAt = p.At
+	}
 }
 
 // FlapWindow is how soon after going down a link that comes back up is
@@ -90,7 +110,52 @@ type Origin struct {
 	Seq         uint32
 	// Received is when the latest message was accepted (local clock).
 	Received time.Time
-	Links    map[wire.SiteID]Link
+	// Links are the reported links, sorted by To, at most one per
+	// destination. A slice, not a map: every route computation reads
+	// every origin's links, N² of them.
+	Links []Link
+}
+
+// Link returns the link to to of the report.
+func (o *Origin) Link(to wire.SiteID) (Link, bool) {
+	if o == nil {
+		return Link{}, false
+	}
+	if i, ok := o.find(to); ok {
+		return o.Links[i], true
+	}
+	return Link{}, false
+}
+
+// find returns where the link to to is or would be in Links.
+// (A search by hand: slices.BinarySearchFunc would copy a Link per
+// comparison.)
+func (o *Origin) find(to wire.SiteID) (int, bool) {
+	lo, hi := 0, len(o.Links)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if o.Links[mid].To < to {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo, lo < len(o.Links) && o.Links[lo].To == to
+}
+
+// put stores l in place of the link to l.To, keeping Links sorted.
+// Entries usually come in order, so appending is the common case.
+func (o *Origin) put(l Link) {
+	if n := len(o.Links); n == 0 || o.Links[n-1].To < l.To {
+		o.Links = append(o.Links, l)
+		return
+	}
+	i, ok := o.find(l.To)
+	if ok {
+		o.Links[i] = l
+		return
+	}
+	o.Links = slices.Insert(o.Links, i, l)
 }
 
 // DB holds the latest report of every origin, this site's own included.
@@ -128,11 +193,14 @@ func (db *DB) Apply(now time.Time, ls *wire.LinkState) Outcome {
 	}
 	old := o
 	o = &Origin{ID: ls.Origin, Incarnation: ls.Incarnation, Seq: ls.Seq, Received: now,
-		Links: make(map[wire.SiteID]Link, len(ls.Entries))}
+		Links: make([]Link, 0, len(ls.Entries))}
 	for i := range ls.Entries {
 		l := FromWire(ls.Origin, &ls.Entries[i])
 		l.seq, l.At = ls.Seq, now
-		o.Links[l.To] = l
+		if !ls.Rates && old != nil && old.Incarnation == ls.Incarnation {
+			l.keepRate(old.Link(l.To))
+		}
+		o.put(l)
 	}
 	db.replace(now, old, o)
 	return Accepted
@@ -151,11 +219,11 @@ func (db *DB) applyDelta(now time.Time, ls *wire.LinkState) Outcome {
 	}
 	if o == nil || ls.Incarnation > o.Incarnation {
 		fresh := &Origin{ID: ls.Origin, Incarnation: ls.Incarnation, Seq: ls.Seq, Received: now,
-			Links: make(map[wire.SiteID]Link, len(ls.Entries))}
+			Links: make([]Link, 0, len(ls.Entries))}
 		for i := range ls.Entries {
 			l := FromWire(ls.Origin, &ls.Entries[i])
 			l.seq, l.At = ls.Seq, now
-			fresh.Links[l.To] = l
+			fresh.put(l)
 		}
 		db.replace(now, o, fresh)
 		return Accepted
@@ -164,9 +232,12 @@ func (db *DB) applyDelta(now time.Time, ls *wire.LinkState) Outcome {
 	for i := range ls.Entries {
 		l := FromWire(ls.Origin, &ls.Entries[i])
 		l.seq, l.At = ls.Seq, now
-		p, had := o.Links[l.To]
+		p, had := o.Link(l.To)
 		if had && int32(ls.Seq-p.seq) <= 0 {
 			continue
+		}
+		if !ls.Rates {
+			l.keepRate(p, had)
 		}
 		applied = true
 		key := [2]wire.SiteID{o.ID, l.To}
@@ -179,7 +250,7 @@ func (db *DB) applyDelta(now time.Time, ls *wire.LinkState) Outcome {
 		case had && p.Up:
 			db.downAt[key] = now
 		}
-		o.Links[l.To] = l
+		o.put(l)
 	}
 	if !applied {
 		return Stale
@@ -194,17 +265,17 @@ func (db *DB) applyDelta(now time.Time, ls *wire.LinkState) Outcome {
 // replace makes o the report of its origin in place of old (nil if none),
 // carrying over when each link came up and noting when links went down.
 func (db *DB) replace(now time.Time, old, o *Origin) {
-	for to, l := range o.Links {
+	for i := range o.Links {
+		l := &o.Links[i]
 		if !l.Up {
 			continue
 		}
-		if p, ok := old.link(to); ok && p.Up {
+		if p, ok := old.Link(l.To); ok && p.Up {
 			l.UpSince, l.Flapping = p.UpSince, p.Flapping
 		} else {
-			down, ok := db.downAt[[2]wire.SiteID{o.ID, to}]
+			down, ok := db.downAt[[2]wire.SiteID{o.ID, l.To}]
 			l.UpSince, l.Flapping = now, ok && now.Sub(down) < FlapWindow
 		}
-		o.Links[to] = l
 	}
 	db.wentDown(now, old, o)
 	db.origins[o.ID] = o
@@ -216,9 +287,9 @@ func (db *DB) wentDown(now time.Time, old, o *Origin) {
 	if old == nil {
 		return
 	}
-	for to, p := range old.Links {
-		if l, ok := o.link(to); p.Up && (!ok || !l.Up) {
-			db.downAt[[2]wire.SiteID{old.ID, to}] = now
+	for _, p := range old.Links {
+		if l, ok := o.Link(p.To); p.Up && (!ok || !l.Up) {
+			db.downAt[[2]wire.SiteID{old.ID, p.To}] = now
 		}
 	}
 	if len(db.downAt) > 4*len(db.origins)*len(db.origins)+64 {
@@ -228,15 +299,6 @@ func (db *DB) wentDown(now time.Time, old, o *Origin) {
 			}
 		}
 	}
-}
-
-// link returns the link to to of a report that may be nil.
-func (o *Origin) link(to wire.SiteID) (Link, bool) {
-	if o == nil {
-		return Link{}, false
-	}
-	l, ok := o.Links[to]
-	return l, ok
 }
 
 // newer orders (incarnation, seq) pairs; sequence numbers compare with
@@ -251,25 +313,20 @@ func newer(inc uint64, seq uint32, oldInc uint64, oldSeq uint32) bool {
 // SetOwn replaces this site's own report, which comes straight from its
 // measurements rather than from the wire.
 func (db *DB) SetOwn(now time.Time, self wire.SiteID, inc uint64, links []Link) {
-	o := &Origin{ID: self, Incarnation: inc, Received: now, Links: make(map[wire.SiteID]Link, len(links))}
+	o := &Origin{ID: self, Incarnation: inc, Received: now, Links: make([]Link, 0, len(links))}
 	old := db.origins[self]
 	if old != nil {
 		o.Seq = old.Seq
 	}
 	for _, l := range links {
-		o.Links[l.To] = l
+		o.put(l)
 	}
 	db.replace(now, old, o)
 }
 
 // Link returns the link from → to as reported by from.
 func (db *DB) Link(from, to wire.SiteID) (Link, bool) {
-	o := db.origins[from]
-	if o == nil {
-		return Link{}, false
-	}
-	l, ok := o.Links[to]
-	return l, ok
+	return db.origins[from].Link(to)
 }
 
 // ReportsUp reports whether from's latest report says from → to is up.

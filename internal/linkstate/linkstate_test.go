@@ -1,6 +1,7 @@
 package linkstate
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -163,5 +164,40 @@ func TestLongRowSplit(t *testing.T) {
 	db.Apply(t0.Add(time.Second), &short[0])
 	if _, ok := db.Link(1, links[50].To); ok {
 		t.Fatal("a whole row did not replace the long one")
+	}
+}
+
+// A report's links are kept sorted by destination whatever order the
+// message lists them in, a destination listed twice keeps its last entry,
+// and a delta inserts a new destination in order.
+func TestReportKeepsLinksSortedByDestination(t *testing.T) {
+	db := NewDB(3 * time.Second)
+	entry := func(to wire.SiteID, d time.Duration) wire.LinkEntry {
+		return ToWire(Link{To: to, Up: true, Delay: d})
+	}
+	full := &wire.LinkState{Origin: 1, Incarnation: 1, Seq: 1, Entries: []wire.LinkEntry{
+		entry(9, 1*time.Millisecond), entry(3, 2*time.Millisecond), entry(7, 3*time.Millisecond), entry(3, 4*time.Millisecond)}}
+	if db.Apply(t0, full) != Accepted {
+		t.Fatal("report rejected")
+	}
+	delta := &wire.LinkState{Origin: 1, Incarnation: 1, Seq: 2, Delta: true, Entries: []wire.LinkEntry{entry(5, 5*time.Millisecond), entry(2, 6*time.Millisecond)}}
+	if db.Apply(t0, delta) != Accepted {
+		t.Fatal("delta rejected")
+	}
+	o, _ := db.Origin(1)
+	var got []wire.SiteID
+	for _, l := range o.Links {
+		got = append(got, l.To)
+	}
+	if want := []wire.SiteID{2, 3, 5, 7, 9}; !slices.Equal(got, want) {
+		t.Fatalf("links to %v, want %v", got, want)
+	}
+	if l, _ := db.Link(1, 3); l.Delay != 4*time.Millisecond {
+		t.Fatalf("1→3 is %v, want the last entry's 4 ms", l.Delay)
+	}
+	for _, to := range []wire.SiteID{1, 4, 6, 8, 10} {
+		if _, ok := db.Link(1, to); ok {
+			t.Errorf("a link 1→%d that no entry names", to)
+		}
 	}
 }

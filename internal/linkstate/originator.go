@@ -65,6 +65,10 @@ type Originator struct {
 	lastAt      time.Time
 	// sent holds, in delta mode, what was last sent of each link.
 	sent map[wire.SiteID]*sentLink
+	// ratesSent holds the links as the last whole row with its rate
+	// section carried them, and ratesAt when (see Build).
+	ratesSent map[wire.SiteID]Link
+	ratesAt   time.Time
 }
 
 // sentLink is what an originator in delta mode last sent of one link:
@@ -78,7 +82,7 @@ type sentLink struct {
 // NewOriginator returns an originator for site self.
 func NewOriginator(cfg OriginatorConfig, self wire.SiteID, incarnation uint64) *Originator {
 	return &Originator{cfg: cfg, self: self, incarnation: incarnation, last: map[wire.SiteID]Link{},
-		sent: map[wire.SiteID]*sentLink{}}
+		sent: map[wire.SiteID]*sentLink{}, ratesSent: map[wire.SiteID]Link{}}
 }
 
 // SetFullRefresh changes the longest time between two sendings of one
@@ -144,17 +148,55 @@ func (o *Originator) significant(p, l Link) bool {
 // Build returns the next messages carrying links and records them as
 // sent. A row that fits in one message with its rate section
 // (wire.MaxRatedLinkEntries links) is sent whole, replacing what receivers
-// hold. A longer one is split, sorted by peer ID, into delta messages, each
-// with its own sequence number and rates, that receivers apply entry by
-// entry (as the delta scheme's rows are): a whole row cut short would make
-// every receiver drop the links beyond it, and note them as gone down.
+// hold. A longer row that fits without it (wire.MaxLinkEntries) is sent
+// whole without rates, which receivers then keep from the last message
+// that carried them, except when rates are due (ratesDue): rates change
+// slowly, and sending them with every report would split every report
+// of an overlay of 51 to 58 sites in two, doubling the messages every
+// site receives and floods. A row too long for either is split, sorted
+// by peer ID, into delta messages, each with its own sequence number and
+// rates, that receivers apply entry by entry (as the delta scheme's rows
+// are): a whole row cut short would make every receiver drop the links
+// beyond it, and note them as gone down.
 func (o *Originator) Build(now time.Time, links []Link) []wire.LinkState {
 	o.lastAt = now
 	clear(o.last)
 	for _, l := range links {
 		o.last[l.To] = l
 	}
-	return o.chunks(links, len(links) > wire.MaxRatedLinkEntries)
+	rates := len(links) <= wire.MaxRatedLinkEntries || len(links) > wire.MaxLinkEntries || o.ratesDue(now, links)
+	if rates {
+		o.ratesAt = now
+		clear(o.ratesSent)
+		for _, l := range links {
+			o.ratesSent[l.To] = l
+		}
+	}
+	limit := wire.MaxLinkEntries
+	if rates {
+		limit = wire.MaxRatedLinkEntries
+	}
+	return o.chunks(links, len(links) > limit, rates)
+}
+
+// rateResend is the longest time between two whole rows with their
+// rates, for a row sent without them in between (Build). A receiver that
+// joined meanwhile gets the rates from Full.
+const rateResend = 10 * time.Second
+
+// ratesDue reports whether the next whole row must carry its rates: it
+// never did, rateResend has passed, a link appeared or vanished, or a
+// rate moved since the last row that carried them (rateMoved).
+func (o *Originator) ratesDue(now time.Time, links []Link) bool {
+	if o.ratesAt.IsZero() || now.Sub(o.ratesAt) >= rateResend || len(links) != len(o.ratesSent) {
+		return true
+	}
+	for _, l := range links {
+		if p, ok := o.ratesSent[l.To]; !ok || rateMoved(p, l) {
+			return true
+		}
+	}
+	return false
 }
 
 // Seq returns the sequence number of the last message built.
@@ -249,7 +291,7 @@ func (o *Originator) BuildDelta(now time.Time, links []Link) []wire.LinkState {
 		}
 		p.link, p.at = l, now
 	}
-	return o.chunks(carry, true)
+	return o.chunks(carry, true, true)
 }
 
 // moved reports whether a link differs from what was sent by enough to
@@ -268,7 +310,7 @@ func (o *Originator) moved(p, l Link) bool {
 func (o *Originator) Full(links []Link) []wire.LinkState {
 	seq := o.seq
 	o.seq--
-	out := o.chunks(links, true)
+	out := o.chunks(links, true, true)
 	o.seq = seq
 	for i := range out {
 		out[i].Seq = seq
@@ -277,16 +319,21 @@ func (o *Originator) Full(links []Link) []wire.LinkState {
 }
 
 // chunks puts links, sorted by peer ID, into messages of at most
-// wire.MaxRatedLinkEntries entries (with the rate section), each with the next sequence number (one
+// wire.MaxRatedLinkEntries entries with the rate section
+// (wire.MaxLinkEntries without), each with the next sequence number (one
 // empty message when there are none).
-func (o *Originator) chunks(links []Link, delta bool) []wire.LinkState {
+func (o *Originator) chunks(links []Link, delta, rates bool) []wire.LinkState {
 	sorted := slices.Clone(links)
 	slices.SortFunc(sorted, func(a, b Link) int { return int(int64(a.To) - int64(b.To)) })
+	limit := wire.MaxLinkEntries
+	if rates {
+		limit = wire.MaxRatedLinkEntries
+	}
 	var out []wire.LinkState
 	for first := true; first || len(sorted) > 0; first = false {
-		k := min(len(sorted), wire.MaxRatedLinkEntries)
+		k := min(len(sorted), limit)
 		o.seq++
-		ls := wire.LinkState{Origin: o.self, Incarnation: o.incarnation, Seq: o.seq, Delta: delta, Rates: true,
+		ls := wire.LinkState{Origin: o.self, Incarnation: o.incarnation, Seq: o.seq, Delta: delta, Rates: rates,
 			Entries: make([]wire.LinkEntry, 0, k)}
 		for _, l := range sorted[:k] {
 			ls.Entries = append(ls.Entries, ToWire(l))

@@ -80,3 +80,57 @@ func TestLargeRowsKeepTheRateSection(t *testing.T) {
 		}
 	}
 }
+
+// TestRowsBetween49And57LinksCarryRatesWhenDue: a whole row too long for
+// one datagram with its rates (53 links, azure-54) but not without them
+// goes as one message without rates, except the first, every rateResend,
+// and after a rate moved; receivers keep the rates, aging, in between.
+func TestRowsBetween49And57LinksCarryRatesWhenDue(t *testing.T) {
+	o := NewOriginator(DefaultOriginatorConfig(), 1, 1)
+	db := NewDB(3 * time.Second)
+	row := func(now time.Time, rate float64) []Link {
+		var links []Link
+		for i := range 53 {
+			links = append(links, Link{From: 1, To: wire.SiteID(100 + i), Up: true, Delay: time.Millisecond, At: now,
+				RevRate: rate, RevRateKind: wire.RateKindTrain})
+		}
+		return links
+	}
+	send := func(now time.Time, rate float64) (msgs int, rates bool) {
+		for _, m := range o.Build(now, row(now, rate)) {
+			b, err := wire.AppendLinkState(nil, &m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got wire.LinkState
+			if err := wire.ParseLinkState(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			db.Apply(now, &got)
+			msgs, rates = msgs+1, got.Rates
+		}
+		return msgs, rates
+	}
+	if n, rates := send(t0, 100e6); n != 2 || !rates {
+		t.Fatalf("first row: %d messages, rates %v; want the row and its rates in 2", n, rates)
+	}
+	for i := 1; i < 10; i++ {
+		now := t0.Add(time.Duration(i) * time.Second)
+		if n, rates := send(now, 100e6); n != 1 || rates {
+			t.Fatalf("row at %v: %d messages, rates %v; want one without rates", now.Sub(t0), n, rates)
+		}
+		rate, kind, age, ok := db.Rate(now, 120, 1)
+		if !ok || rate != 100e6 || kind != wire.RateKindTrain || age != time.Duration(i)*time.Second {
+			t.Fatalf("at %v the receiver holds rate %v kind %d age %v (%v); want 100 Mbit/s by train, %ds old", now.Sub(t0), rate, kind, age, ok, i)
+		}
+	}
+	if n, rates := send(t0.Add(9500*time.Millisecond), 150e6); n != 2 || !rates {
+		t.Fatalf("a rate that moved by half: %d messages, rates %v", n, rates)
+	}
+	if n, rates := send(t0.Add(19*time.Second), 150e6); n != 1 || rates {
+		t.Fatalf("9.5 s later: %d messages, rates %v", n, rates)
+	}
+	if n, rates := send(t0.Add(19500*time.Millisecond), 150e6); n != 2 || !rates {
+		t.Fatalf("10 s later: %d messages, rates %v; want the rates again", n, rates)
+	}
+}

@@ -79,6 +79,18 @@ func (m *Matrix) Set(from, to wire.SiteID, e Edge) {
 	m.has[i*len(m.ids)+j] = true
 }
 
+// SetRate sets the available throughput of the link from → to, if the
+// matrix holds that link; it is a no-op otherwise.
+func (m *Matrix) SetRate(from, to wire.SiteID, rate float64, kind uint8) {
+	i, ok1 := m.index[from]
+	j, ok2 := m.index[to]
+	if !ok1 || !ok2 || !m.has[i*len(m.ids)+j] {
+		return
+	}
+	e := &m.edges[i*len(m.ids)+j]
+	e.Rate, e.RateKind = rate, kind
+}
+
 // Edge returns the link from → to if it is usable.
 func (m *Matrix) Edge(from, to wire.SiteID) (Edge, bool) {
 	i, ok1 := m.index[from]

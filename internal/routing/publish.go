@@ -1,7 +1,7 @@
 package routing
 
 import (
-	"fmt"
+	"slices"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/wire"
@@ -18,7 +18,7 @@ func (r *Router) publish(now time.Time, m *Matrix) {
 	for id, d := range r.dests {
 		mt, _ := m.Measure(r.cfg.Weights, r.self, d.path)
 		dt, up := m.Measure(r.cfg.Weights, r.self, []wire.SiteID{id})
-		key[id] = tableEntry{path: fmt.Sprint(d.path), backup: fmt.Sprint(d.backup), bulk: fmt.Sprint(d.bulk), delay: mt.Delay, direct: dt.Delay, directUp: up}
+		key[id] = tableEntry{path: slices.Clone(d.path), backup: slices.Clone(d.backup), bulk: slices.Clone(d.bulk), delay: mt.Delay, direct: dt.Delay, directUp: up}
 	}
 	if !r.dirty && !drifted(r.tableKey, key) {
 		return
@@ -42,7 +42,7 @@ func drifted(old, cur map[wire.SiteID]tableEntry) bool {
 	}
 	for id, c := range cur {
 		o, ok := old[id]
-		if !ok || o.path != c.path || o.backup != c.backup || o.bulk != c.bulk || abs(o.delay-c.delay) > tableDrift ||
+		if !ok || !slices.Equal(o.path, c.path) || !slices.Equal(o.backup, c.backup) || !slices.Equal(o.bulk, c.bulk) || abs(o.delay-c.delay) > tableDrift ||
 			o.directUp != c.directUp || abs(o.direct-c.direct) > tableDrift {
 			return true
 		}

@@ -205,9 +205,9 @@ type Router struct {
 }
 
 type tableEntry struct {
-	path     string
-	backup   string
-	bulk     string
+	path     []wire.SiteID // copies, so that a path changed in place still differs
+	backup   []wire.SiteID
+	bulk     []wire.SiteID
 	delay    time.Duration
 	direct   time.Duration // the direct link's delay, shown beside the path
 	directUp bool

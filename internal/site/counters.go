@@ -8,7 +8,7 @@ import "github.com/detour-overlay/detour/internal/wire"
 // the sealing layer's counters.
 func (c *Core) Counters() map[string]uint64 {
 	cc := c.node.Counters()
-	out := map[string]uint64{"route_switches": cc.Switches, "route_computations": cc.Refreshes,
+	out := map[string]uint64{"route_switches": cc.Switches, "route_computations": cc.Refreshes, "route_computation_us": cc.RefreshMicros,
 		"probe_bytes": cc.ProbeBytes, "trains_sent": cc.TrainsSent, "train_packets_in": cc.TrainPacketsIn, "train_reports": cc.TrainReports,
 		"late_wakes": cc.LateWakes, "late_wake_ms": cc.LateWakeMs}
 	for t := range cc.In {
