@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -330,9 +331,9 @@ func createSites(st *State) error {
 // startEmulator starts `detour-lab testbed wanem --state DIR` in its own
 // session and waits until its control socket answers.
 func startEmulator(ctx context.Context, st *State, o Options) error {
-	// nice -10: the emulator's readers timestamp packets as they come,
-	// so they should not wait behind other programs for a CPU.
-	p, err := startDetached(o.StateDir, "wanem", "nice", "-n", "-10", o.Self, "testbed", "wanem", "--state", o.StateDir)
+	prog, args := emulatorPriority()
+	args = append(args, o.Self, "testbed", "wanem", "--state", o.StateDir)
+	p, err := startDetached(o.StateDir, "wanem", prog, args...)
 	if err != nil {
 		return err
 	}
@@ -343,6 +344,23 @@ func startEmulator(ctx context.Context, st *State, o Options) error {
 	return waitFor(ctx, 10*time.Second, p, o.StateDir, func() bool {
 		return wanem.Call(socketPath(o.StateDir), wanem.Request{Op: "ping"}, nil) == nil
 	})
+}
+
+// emulatorPriority returns the command that runs the emulator ahead of
+// every other program on the machine: real-time (SCHED_FIFO, priority 10)
+// where the kernel allows it, else nice -10. The emulator is the network:
+// it reads packets as they come and writes them when due, and a reader
+// that waits for a CPU delays every packet without its own accounts
+// showing it. On two cores under 54 agents, at nice -10, packets between
+// two gateways waited 3 to 9 s in the emulator's input queue (a ping of
+// 6 ms took 8.7 s); real-time, 6.0 to 6.1 ms. The kernel keeps 5 % of
+// each second for other programs (sched_rt_runtime_us), and the emulator
+// sleeps between packets rather than spinning.
+func emulatorPriority() (string, []string) {
+	if exec.Command("chrt", "-f", "10", "true").Run() == nil {
+		return "chrt", []string{"-f", "10"}
+	}
+	return "nice", []string{"-n", "-10"}
 }
 
 // startDetached starts a background process in a new session with its
