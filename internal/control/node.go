@@ -552,9 +552,9 @@ type lossKey struct {
 	chargeZ float64
 }
 
-// maxLossMemo bounds the estimates remembered: a route computation
-// estimates every link's loss, N² of them, and most links share a rate
-// (none) and a few sample counts.
+// maxLossMemo bounds the estimates lossEstimate remembers: the views
+// (Links) estimate every link's loss, N² of them, and most links share a
+// rate (none) and a few sample counts. Route computations use lossSlot.
 const maxLossMemo = 1 << 14
 
 // computeLoss is lossEstimate without the memo.
