@@ -102,8 +102,7 @@ type Node struct {
 	gossipCursor  wire.SiteID
 	nextBootstrap time.Time
 	helloSent     map[netip.AddrPort]time.Time // rate limit for hellos to unknown senders
-	lossMemo      map[lossKey]routing.Loss     // lossEstimate's answers
-	lossSlots     map[wire.SiteID][]lossSlot   // the matrix's loss estimates, by origin
+	lossSlots     map[wire.SiteID][]lossSlot   // loss estimates of reported links, by origin
 	refreshCost   time.Duration                // a route computation's smoothed wall time (Stopwatch)
 	scratch       wire.LinkState
 	timers        timers
@@ -150,7 +149,6 @@ func New(cfg Config, now time.Time) (*Node, error) {
 		router:    routing.NewRouter(cfg.Routing, self),
 		started:   now,
 		helloSent: map[netip.AddrPort]time.Time{},
-		lossMemo:  map[lossKey]routing.Loss{},
 		lossSlots: map[wire.SiteID][]lossSlot{},
 	}
 	n.timers = scaledTimers(&cfg, 0)
@@ -491,27 +489,11 @@ func (n *Node) settleTime() time.Duration { return n.cfg.Filter.MaxAge + time.Se
 // counted the last 20 probes).
 const legacyLossSamples = 20
 
-// lossEstimate returns a reported link's loss with its interval, as every
-// site computes it from the report, and the lower bound routing charges,
-// at the confidence chargeZ that holds over all the overlay's links.
-func (n *Node) lossEstimate(l *linkstate.Link, chargeZ float64) routing.Loss {
-	key := lossKey{l.Loss, l.LossSamples, chargeZ}
-	if e, ok := n.lossMemo[key]; ok {
-		return e
-	}
-	if len(n.lossMemo) >= maxLossMemo {
-		clear(n.lossMemo)
-	}
-	e := n.computeLoss(l, chargeZ)
-	n.lossMemo[key] = e
-	return e
-}
-
 // lossSlot remembers the loss estimate of the link at one position of an
 // origin's report, with what it was computed from. A route computation
-// estimates N² links; most did not change since the last one, and
-// comparing a slot is cheaper than hashing a key (a memo map was a fifth
-// of the agent's time at 54 sites).
+// (and the Links view) estimates N² links; most did not change since the
+// last one, and comparing a slot is cheaper than hashing a key (a memo
+// map was a fifth of the agent's time at 54 sites).
 type lossSlot struct {
 	to      wire.SiteID
 	rate    float64
@@ -545,19 +527,9 @@ func (n *Node) originSlots(id wire.SiteID, k, live int) []lossSlot {
 	return slots
 }
 
-// lossKey is what a link's loss estimate depends on.
-type lossKey struct {
-	rate    float64
-	samples int
-	chargeZ float64
-}
-
-// maxLossMemo bounds the estimates lossEstimate remembers: the views
-// (Links) estimate every link's loss, N² of them, and most links share a
-// rate (none) and a few sample counts. Route computations use lossSlot.
-const maxLossMemo = 1 << 14
-
-// computeLoss is lossEstimate without the memo.
+// computeLoss returns a reported link's loss with its interval, as every
+// site computes it from the report, and the lower bound routing charges,
+// at the confidence chargeZ that holds over all the overlay's links.
 func (n *Node) computeLoss(l *linkstate.Link, chargeZ float64) routing.Loss {
 	k := l.LossSamples
 	if k == 0 && l.Loss > 0 {
@@ -653,7 +625,7 @@ func (n *Node) matrix(now time.Time, live []wire.SiteID) *routing.Matrix {
 		slots := n.originSlots(from, len(o.Links), len(live))
 		for i := range o.Links {
 			l := &o.Links[i]
-			if l.RevRateKind != wire.RateKindNone && l.RevRate > 0 {
+			if l.RateKnown() {
 				rates = append(rates, rate{l.To, from, l.RevRate, l.RevRateKind})
 			}
 			if !fresh || !l.Up {

@@ -82,14 +82,15 @@ func (n *Node) Links(now time.Time) []LinkView {
 	}
 	byName := func(a, b wire.SiteID) int { return cmp.Compare(name(a), name(b)) }
 	origins := n.db.Origins()
-	z := n.chargeZ(n.liveCount())
+	live := n.liveCount()
+	z := n.chargeZ(live)
 	rates := map[[2]wire.SiteID]RateView{} // a link's rate, from its receiver's report
 	count := 0
 	for _, id := range origins {
 		o, _ := n.db.Origin(id)
 		count += len(o.Links)
 		for i := range o.Links {
-			if l := &o.Links[i]; l.RevRateKind != wire.RateKindNone && l.RevRate > 0 {
+			if l := &o.Links[i]; l.RateKnown() {
 				rates[[2]wire.SiteID{l.To, l.From}] = RateView{Rate: l.RevRate, Kind: measure.RateKind(l.RevRateKind).String(), Age: l.RateAge(now)}
 			}
 		}
@@ -104,17 +105,21 @@ func (n *Node) Links(now time.Time) []LinkView {
 			order = append(order, i)
 		}
 		slices.SortFunc(order, func(a, b int) int { return byName(o.Links[a].To, o.Links[b].To) })
+		slots := n.originSlots(id, len(o.Links), live)
 		for _, i := range order {
-			out = append(out, n.linkView(now, o, &o.Links[i], z, rates, name))
+			v := n.linkView(now, o, &o.Links[i], rates, name)
+			v.Loss = n.slotLoss(slots, i, &o.Links[i], z)
+			out = append(out, v)
 		}
 	}
 	return out
 }
 
-// linkView is one link of Links.
-func (n *Node) linkView(now time.Time, o *linkstate.Origin, l *linkstate.Link, z float64, rates map[[2]wire.SiteID]RateView, name func(wire.SiteID) string) LinkView {
+// linkView is one link of Links, all but its loss (the caller fills it in
+// from the loss slots).
+func (n *Node) linkView(now time.Time, o *linkstate.Origin, l *linkstate.Link, rates map[[2]wire.SiteID]RateView, name func(wire.SiteID) string) LinkView {
 	v := LinkView{From: name(l.From), To: name(l.To), FromID: l.From, ToID: l.To, Up: l.Up,
-		Delay: l.Delay, OneWayEstimate: l.RTT / 2, RTT: l.RTT, Loss: n.lossEstimate(l, z), Jitter: l.Jitter,
+		Delay: l.Delay, OneWayEstimate: l.RTT / 2, RTT: l.RTT, Jitter: l.Jitter,
 		Age: now.Sub(o.Received), Rate: rates[[2]wire.SiteID{l.From, l.To}]}
 	if m := n.members[l.To]; o.ID == n.self && m != nil {
 		s := m.link.Stats(now)

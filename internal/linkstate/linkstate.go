@@ -87,6 +87,10 @@ func (l Link) RateAge(now time.Time) time.Duration {
 	return l.RevRateAge + now.Sub(at)
 }
 
+// RateKnown reports whether the link carries a rate estimate of its
+// reverse link (RevRate).
+func (l *Link) RateKnown() bool { return l.RevRateKind != wire.RateKindNone && l.RevRate > 0 }
+
 // keepRate gives l, from a message without a rate section, the rate
 // that p (the entry it replaces, if any) holds.
 func (l *Link) keepRate(p Link, had bool) {
@@ -413,7 +417,7 @@ func FromWire(from wire.SiteID, e *wire.LinkEntry) Link {
 // its age at now; ok is false when nothing is known.
 func (db *DB) Rate(now time.Time, from, to wire.SiteID) (rate float64, kind uint8, age time.Duration, ok bool) {
 	l, found := db.Link(to, from)
-	if !found || l.RevRateKind == wire.RateKindNone || l.RevRate <= 0 {
+	if !found || !l.RateKnown() {
 		return 0, 0, 0, false
 	}
 	return l.RevRate, l.RevRateKind, l.RateAge(now), true

@@ -223,12 +223,20 @@ func TestFloodAroundDeadLinkIsBounded(t *testing.T) {
 	}
 	s2 := n.Site("s2")
 	fresh := false
-	for _, l := range s2.Node.Links(s2.Local(n.Now())) {
+	links := s2.Node.Links(s2.Local(n.Now()))
+	for _, l := range links {
 		if l.From == "s1" && l.Age < 2*time.Second {
 			fresh = true
 		}
 	}
 	if !fresh {
 		t.Error("s2 holds no fresh report of s1")
+	}
+	// The view lists every origin's links sorted by names.
+	for i := 1; i < len(links); i++ {
+		a, b := links[i-1], links[i]
+		if a.From > b.From || (a.From == b.From && a.To >= b.To) {
+			t.Fatalf("links out of name order: %s→%s before %s→%s", a.From, a.To, b.From, b.To)
+		}
 	}
 }
