@@ -112,9 +112,11 @@ func newSite(t *testing.T, cfg Config, bridge bool, shape ...func(*router.PoolSp
 	ctx, cancel := context.WithCancel(context.Background())
 	go s.term.Run(ctx)
 	go s.bridge(ctx)
-	for deadline := time.Now().Add(5 * time.Second); bridge && !tb.HasTCPSink(); {
+	// Ready: the terminator takes the router's frames (bridge) and listens
+	// on the pool's address; a client that dialled before would be refused.
+	for deadline := time.Now().Add(5 * time.Second); (bridge && !tb.HasTCPSink()) || !s.term.listensOn(vip); {
 		if time.Now().After(deadline) {
-			t.Fatal("the terminator did not take the router's frames")
+			t.Fatal("the terminator did not take the router's frames or listen on the pool's address")
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -128,6 +130,13 @@ func newSite(t *testing.T, cfg Config, bridge bool, shape ...func(*router.PoolSp
 		s.hosts.Close()
 	})
 	return s
+}
+
+// listensOn reports whether the terminator listens on vip.
+func (t *Terminator) listensOn(vip netip.AddrPort) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.listening[vip] != nil
 }
 
 // relay makes server address a relay to a memcached on loopback, whose
