@@ -14,7 +14,9 @@
 #
 # each with gets/sets 50/50 and 90/10. twemproxy speaks neither UDP nor
 # the binary protocol, so (d) and (e) use ASCII over TCP. The table (p50,
-# p99 in ms, requests/s) goes to results/bench-kv-DATE.md; copy it into
+# p99 in ms and their difference from (a) in µs, requests/s, and the CPU
+# time the agents spent per request: LAN's, which routes by key, and all
+# four together) goes to results/bench-kv-DATE.md; copy it into
 # docs/kv.md with the date and the machine's load. Needs root; the
 # testbed and nutcracker are removed on exit (nutcracker killed by PID).
 #
@@ -77,11 +79,30 @@ nutcracker_at() { # NS ADDR
 [[ $cases == *d* ]] && nutcracker_at "$lanproxy_ns" "$lanproxy"
 [[ $cases == *e* ]] && nutcracker_at "$neuproxy_ns" "$neuproxy"
 sleep 3 # the pool's servers pass their gateways' health checks; nutcracker listens
+# agent_ticks prints "SITE TICKS" for every agent: its user and system time
+# in clock ticks (/proc/PID/stat fields 14 and 15), checked against the
+# start time the testbed recorded so a recycled PID is never read.
+agent_ticks() {
+	python3 - "$DETOUR_TESTBED_STATE/state.json" <<'PY'
+import json, sys
+for p in json.load(open(sys.argv[1]))["procs"]:
+    if not p["name"].startswith("agent-"):
+        continue
+    try:
+        f = open("/proc/%d/stat" % p["pid"]).read().rsplit(")", 1)[1].split()
+    except OSError:
+        continue
+    if int(f[19]) == p["start"]:
+        print(p["name"][6:].upper(), int(f[11]) + int(f[12]))
+PY
+}
 run() { # CASE MIX ARGS...
 	local c=$1 mix=$2
 	shift 2
 	[[ $cases == *$c* ]] || return 0
+	agent_ticks >"$work/$c-$mix.cpu0"
 	ip netns exec "$client" "$kvl" -duration "$dur" -outstanding "$out" -get-ratio "$mix" -keys 2000 "$@" >"$work/$c-$mix.json"
+	agent_ticks >"$work/$c-$mix.cpu1"
 }
 echo "bench-kv: uptime before: $(uptime)"
 for mix in 0.5 0.9; do
@@ -101,16 +122,31 @@ names = {"a": "(a) client-side ketama, binary/UDP", "b": "(b) detour VIP, binary
          "c": "(c) detour VIP, ASCII/TCP",
          "d": "(d) twemproxy at LAN, ASCII/TCP", "e": "(e) twemproxy at NEU, ASCII/TCP"}
 print("%s per case, %s outstanding, 2,000 keys, 32-byte values, prefilled, underlay %s\n" % (dur, out, os.environ.get("KV_UNDERLAY", "emulator")))
-print("| case | gets/sets | p50 ms | p99 ms | requests/s | timeouts | errors | p50 / (a) |")
-print("|---|---|---|---|---|---|---|---|")
+tick = os.sysconf("SC_CLK_TCK")
+def cpu(c, mix):
+    """CPU µs per request of LAN's agent and of all agents, from the ticks
+    before and after the case (10 ms resolution: read it over 10 s runs)."""
+    def read(ext):
+        try:
+            return dict((l.split()[0], int(l.split()[1])) for l in open(os.path.join(work, "%s-%s.%s" % (c, mix, ext))))
+        except OSError:
+            return {}
+    t0, t1 = read("cpu0"), read("cpu1")
+    used = {k: (t1[k] - t0[k]) / tick for k in t1 if k in t0}
+    return used.get("LAN"), sum(used.values()) if used else None
+print("| case | gets/sets | p50 ms | p99 ms | p50 − (a) µs | p99 − (a) µs | requests/s | timeouts | errors | p50 / (a) | LAN agent µs CPU per request | all agents µs per request |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for mix in ("0.5", "0.9"):
-    base = json.load(open(os.path.join(work, "a-%s.json" % mix)))["latency_us"]["p50"]
+    base = json.load(open(os.path.join(work, "a-%s.json" % mix)))["latency_us"]
     for c in "abcde":
         if c not in cases:
             continue
         r = json.load(open(os.path.join(work, "%s-%s.json" % (c, mix))))
         l = r["latency_us"]
-        print("| %s | %d/%d | %.2f | %.2f | %.0f | %d | %d | %.2f |" % (names[c], round(float(mix) * 100), round(100 - float(mix) * 100),
-              l["p50"] / 1e3, l["p99"] / 1e3, r["throughput"], r["timeouts"], r["errors"], l["p50"] / base))
+        n = r["requests"] + 2000  # the 2,000 prefill sets fall inside the CPU window too
+        lan, total = cpu(c, mix)
+        per = lambda x: "–" if x is None or n == 0 else "%.1f" % (x * 1e6 / n)
+        print("| %s | %d/%d | %.2f | %.2f | %+.0f | %+.0f | %.0f | %d | %d | %.2f | %s | %s |" % (names[c], round(float(mix) * 100), round(100 - float(mix) * 100),
+              l["p50"] / 1e3, l["p99"] / 1e3, l["p50"] - base["p50"], l["p99"] - base["p99"], r["throughput"], r["timeouts"], r["errors"], l["p50"] / base["p50"], per(lan), per(total)))
 PY
 cat "$res"
