@@ -11,6 +11,8 @@
 #       per thread use it)
 #   (d) twemproxy on a second host at the client's site (LAN h2; ASCII over TCP)
 #   (e) twemproxy at another site, a central proxy (NEU h2; ASCII over TCP)
+#   (m) memaslap to the three servers, (n) memaslap at the virtual address
+#       (a second, independent load generator; ASCII over UDP)
 #
 # each with gets/sets 50/50 and 90/10. twemproxy speaks neither UDP nor
 # the binary protocol, so (d) and (e) use ASCII over TCP. The table (p50,
@@ -37,7 +39,7 @@ export DETOUR_BIN=$bin DETOUR_LAB_BIN=$lab
 export DETOUR_TESTBED_STATE=${DETOUR_TESTBED_STATE:-/run/detour/bench-kv} DETOUR_TESTBED_PREFIX=${DETOUR_TESTBED_PREFIX:-bkv-}
 dur=${KV_DURATION:-10s}
 out=${KV_OUTSTANDING:-16}
-cases=${KV_CASES:-abcde}
+cases=${KV_CASES:-abcdemn}
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -112,11 +114,34 @@ for mix in 0.5 0.9; do
 	run d "$mix" -protocol ascii-tcp -target "$lanproxy:22121" -connections 4
 	run e "$mix" -protocol ascii-tcp -target "$neuproxy:22121" -connections 4
 done
+# memaslap (Debian's libmemcached-tools calls it memcaslap), a second load
+# generator: ASCII over UDP, 64-byte keys and 32-byte values, 3 threads of
+# 5 connections each, one request in flight per connection, (m) to the
+# three servers (memaslap gives each thread one server) and (n) to the
+# virtual address. It runs after kvload's cases, so ARP and the gateways'
+# server addresses are warm: memaslap aborts when a UDP reply comes after
+# its timeout.
+memaslap=$(command -v memcaslap || command -v memaslap || true)
+mrun() { # CASE MIX SERVERS
+	[[ $cases == *$1* ]] || return 0
+	if [ -z "$memaslap" ]; then
+		echo "bench-kv: memaslap (libmemcached-tools) is not installed; case $1 skipped" >&2
+		return 0
+	fi
+	printf 'key\n64 64 1\nvalue\n32 32 1\ncmd\n0 %s\n1 %s\n' "$(python3 -c "print(round(1-$2,2))")" "$2" >"$work/ms-$2.cfg"
+	agent_ticks >"$work/$1-$2.cpu0"
+	ip netns exec "$client" "$memaslap" -s "$3" -U -T 3 -c 15 -t "$dur" -S "$dur" -F "$work/ms-$2.cfg" >"$work/$1-$2.ms" 2>&1 || true
+	agent_ticks >"$work/$1-$2.cpu1"
+}
+for mix in 0.5 0.9; do
+	mrun m "$mix" "$servers"
+	mrun n "$mix" "$vip"
+done
 echo "bench-kv: uptime after: $(uptime)"
 mkdir -p results
 res=results/bench-kv-$(date +%Y%m%d-%H%M%S).md
 python3 - "$work" "$dur" "$out" "$cases" >"$res" <<'PY'
-import json, sys, os
+import json, sys, os, re
 work, dur, out, cases = sys.argv[1:5]
 names = {"a": "(a) client-side ketama, binary/UDP", "b": "(b) detour VIP, binary/UDP",
          "c": "(c) detour VIP, ASCII/TCP",
@@ -134,6 +159,19 @@ def cpu(c, mix):
     t0, t1 = read("cpu0"), read("cpu1")
     used = {k: (t1[k] - t0[k]) / tick for k in t1 if k in t0}
     return used.get("LAN"), sum(used.values()) if used else None
+def memaslap(c, mix):
+    """The run's requests/s, mean and geometric mean latency in µs, and UDP
+    timeouts, from memaslap's report (None when it did not finish)."""
+    try:
+        text = open(os.path.join(work, "%s-%s.ms" % (c, mix))).read()
+    except OSError:
+        return None
+    tps = re.search(r"Run time: \S+ Ops: (\d+) TPS: (\d+)", text)
+    tot = re.search(r"Total Statistics.*?Avg:\s+(\d+).*?Geo:\s+([\d.]+)", text, re.S)
+    to = re.search(r"udp_timeout: (\d+)", text)
+    if not tps or not tot:
+        return None
+    return int(tps.group(1)), int(tps.group(2)), int(tot.group(1)), float(tot.group(2)), int(to.group(1)) if to else 0
 print("| case | gets/sets | p50 ms | p99 ms | p50 − (a) µs | p99 − (a) µs | requests/s | timeouts | errors | p50 / (a) | LAN agent µs CPU per request | all agents µs per request |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for mix in ("0.5", "0.9"):
@@ -148,5 +186,22 @@ for mix in ("0.5", "0.9"):
         per = lambda x: "–" if x is None or n == 0 else "%.1f" % (x * 1e6 / n)
         print("| %s | %d/%d | %.2f | %.2f | %+.0f | %+.0f | %.0f | %d | %d | %.2f | %s | %s |" % (names[c], round(float(mix) * 100), round(100 - float(mix) * 100),
               l["p50"] / 1e3, l["p99"] / 1e3, l["p50"] - base["p50"], l["p99"] - base["p99"], r["throughput"], r["timeouts"], r["errors"], l["p50"] / base["p50"], per(lan), per(total)))
+if "m" in cases or "n" in cases:
+    print("\nmemaslap, ASCII over UDP, 3 threads × 5 connections, 64-byte keys, 32-byte values:\n")
+    print("| case | gets/sets | mean µs | geometric mean µs | requests/s | UDP timeouts | LAN agent µs CPU per request | all agents µs per request |")
+    print("|---|---|---|---|---|---|---|---|")
+    mnames = {"m": "(m) memaslap to the three servers", "n": "(n) memaslap at detour's VIP"}
+    for mix in ("0.5", "0.9"):
+        for c in "mn":
+            if c not in cases:
+                continue
+            r = memaslap(c, mix)
+            if r is None:
+                print("| %s | %d/%d | did not finish (see its output) | | | | | |" % (mnames[c], round(float(mix) * 100), round(100 - float(mix) * 100)))
+                continue
+            ops, tps, avg, geo, to = r
+            lan, total = cpu(c, mix)
+            per = lambda x: "–" if x is None or ops == 0 else "%.1f" % (x * 1e6 / ops)
+            print("| %s | %d/%d | %d | %.0f | %d | %d | %s | %s |" % (mnames[c], round(float(mix) * 100), round(100 - float(mix) * 100), avg, geo, tps, to, per(lan), per(total)))
 PY
 cat "$res"
