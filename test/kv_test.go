@@ -9,12 +9,15 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/detour-overlay/detour/internal/api"
 	"github.com/detour-overlay/detour/internal/kv/ring"
 	"github.com/detour-overlay/detour/internal/lab/testbed"
 )
@@ -250,6 +253,13 @@ func TestKVRouter(t *testing.T) {
 		t.Fatalf("binary lengths: % x", got)
 	}
 
+	// From here on, 16 clients at LAN's second host keep the pool under
+	// a 50/50 load of gets and sets of the 1,000 keys, one request in
+	// flight each, while servers and a site are killed around them.
+	load := startKVLoad(t, o.st.Sites[o.idx("LAN")].Hosts[1].NS, vip, rg, keys, 16, 500*time.Millisecond)
+	loadStart := time.Now()
+	time.Sleep(2 * time.Second)
+
 	// Kill NEU's memcached; its keys go to the failover.
 	dead := -1
 	for j, s := range pool.Servers {
@@ -274,10 +284,16 @@ func TestKVRouter(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("no memcached process recorded for NEU")
 	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := o.kvStateChanges(t, pool.Servers[dead].Address)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
+	deadKilled := killed
 	var served time.Duration
 	liveErrors := 0
 	for i := 0; time.Since(killed) < 2*time.Second; i++ {
@@ -321,6 +337,17 @@ func TestKVRouter(t *testing.T) {
 	}
 	checkLive(map[int]bool{dead: true})
 
+	// NEU's memcached comes back (empty): every gateway readmits it once
+	// and keeps it, with no flapping, while the load goes on.
+	readmitted := o.restartServer(t, pool.Servers[dead].NS, cmdline, pool.Servers[dead].Address, before)
+	probe := deadKeys[0]
+	if r := kv.exchange([][]byte{binSet(probe, "back")}, 1, 500*time.Millisecond); status(r[0]) != 0 {
+		t.Fatalf("set %s after NEU's readmission: % x", probe, r[0])
+	}
+	if !heldKeys(t, client, pool.Servers[dead].Address, []string{probe})[probe] {
+		t.Errorf("key %s of NEU's readmitted server was not set there", probe)
+	}
+
 	// A whole site killed (BOR's gateway agent, by PID): its keys fail
 	// over within a second, and CLU's keys stay where they are.
 	bor := -1
@@ -358,7 +385,45 @@ func TestKVRouter(t *testing.T) {
 	if served == 0 || served > time.Second {
 		t.Errorf("site failover took %v, want at most 1 s", served)
 	}
+	borKilled := killed
+	time.Sleep(time.Second)
+	load.halt()
 	checkLive(map[int]bool{dead: true, bor: true})
+
+	// The load: no request for a key of a server that stayed up failed;
+	// NEU's and BOR's keys failed only around their kills.
+	t.Logf("50/50 load from LAN: %d requests in %v", load.requests(), time.Since(loadStart).Round(time.Second))
+	for j, s := range pool.Servers {
+		oc := load.outcomes(j)
+		t.Logf("keys of %s (%s): %v", s.Address, s.Site, oc)
+		switch j {
+		// A down server's keys fail until passive detection takes it out
+		// (the first second), then only by the one trial request LAN lets
+		// through per retry interval (1 s, then 2 s, 4 s: at most 3 in
+		// NEU's outage, 1 in the second BOR's keys are loaded after the
+		// kill) until the server is readmitted or its site declared lost.
+		// A request sent up to its timeout (500 ms) before the kill may
+		// fail too.
+		case dead:
+			t.Logf("NEU's keys failed at %v after the kill", oc.offsets(deadKilled))
+			early := oc.failedWithin(deadKilled.Add(-500*time.Millisecond), deadKilled.Add(time.Second))
+			late := oc.failedWithin(deadKilled.Add(time.Second), readmitted.Add(time.Second))
+			t.Logf("NEU's keys: %d failed in the first second of its outage, %d after (trial requests)", early, late)
+			if len(oc.Failed) != early+late || late > 3 {
+				t.Errorf("requests for NEU's keys failed outside its outage or beyond its trials: %v", oc)
+			}
+		case bor:
+			t.Logf("BOR's keys failed at %v after the kill", oc.offsets(borKilled))
+			early := oc.failedWithin(borKilled.Add(-500*time.Millisecond), borKilled.Add(time.Second))
+			if late := len(oc.Failed) - early; late > 1 {
+				t.Errorf("%d requests for BOR's keys failed outside the first second after its site was killed, beyond one trial", late)
+			}
+		default:
+			if len(oc.Failed) != 0 || oc.Misses != 0 || oc.Wrong != 0 || oc.OK == 0 {
+				t.Errorf("keys of healthy server %s: %v", s.Address, oc)
+			}
+		}
+	}
 
 	// LAN's gateway exports the pool's counters per server, the failovers
 	// and the errors it answered.
@@ -404,4 +469,84 @@ func (o *overlay) kvPool(t *testing.T) (testbed.KVPoolState, string, []ring.Serv
 		rs = append(rs, ring.Server{Host: ap.Addr().String(), Port: ap.Port(), Weight: uint32(s.Weight)})
 	}
 	return pool, vip, rs
+}
+
+// kvSites are the sites of the kv scenario.
+var kvSites = []string{"LAN", "BOR", "CLU", "NEU"}
+
+// kvServerAt returns the server at addr as site's gateway shows it.
+func (o *overlay) kvServerAt(site, addr string) (api.KVServer, bool) {
+	out, err := o.detourIn(site, "kv", "show", "cache", "--json")
+	var p api.KVPool
+	if err != nil || json.Unmarshal([]byte(out), &p) != nil {
+		return api.KVServer{}, false
+	}
+	for _, s := range p.Servers {
+		if s.Address == addr {
+			return s, true
+		}
+	}
+	return api.KVServer{}, false
+}
+
+// kvStateChanges returns how many times each gateway has seen the server
+// at addr change state so far.
+func (o *overlay) kvStateChanges(t *testing.T, addr string) map[string]uint64 {
+	t.Helper()
+	n := map[string]uint64{}
+	for _, site := range kvSites {
+		s, ok := o.kvServerAt(site, addr)
+		if !ok {
+			t.Fatalf("%s does not show server %s", site, addr)
+		}
+		n[site] = s.StateChanges
+	}
+	return n
+}
+
+// restartServer starts a killed memcached again in namespace ns with the
+// command line it had (killed by PID at the end of the test), waits until
+// every gateway shows the server at addr up, and then checks for 5 s
+// that none changes its mind: the server is readmitted once, with no
+// flapping (since before, the state changes counted before the kill, a
+// gateway shows at most two: out, then back). It returns when the last
+// gateway readmitted it.
+func (o *overlay) restartServer(t *testing.T, ns string, cmdline []byte, addr string, before map[string]uint64) time.Time {
+	t.Helper()
+	argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	mc := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
+	if err := mc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mc.Process.Kill(); mc.Wait() })
+	started := time.Now()
+	upAt := map[string]time.Duration{}
+	changes := map[string]uint64{}
+	for len(upAt) < len(kvSites) {
+		if time.Since(started) > 40*time.Second {
+			t.Fatalf("memcached at %s restarted %v ago; up at %v only", addr, time.Since(started).Round(time.Second), upAt)
+		}
+		for _, site := range kvSites {
+			if _, done := upAt[site]; done {
+				continue
+			}
+			if s, ok := o.kvServerAt(site, addr); ok && s.State == "up" {
+				upAt[site], changes[site] = time.Since(started), s.StateChanges-before[site]
+				if changes[site] > 2 {
+					t.Errorf("%s: server %s changed state %d times (out, readmitted: at most 2)", site, addr, changes[site])
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	last := time.Now()
+	t.Logf("memcached at %s restarted: up again at each gateway after %v (state changes since the kill %v)", addr, upAt, changes)
+	time.Sleep(5 * time.Second)
+	for _, site := range kvSites {
+		s, ok := o.kvServerAt(site, addr)
+		if !ok || s.State != "up" || s.StateChanges-before[site] != changes[site] {
+			t.Errorf("%s: server %s is %q with %d state changes since the kill, 5 s after it was readmitted with %d", site, addr, s.State, s.StateChanges-before[site], changes[site])
+		}
+	}
+	return last
 }

@@ -56,16 +56,20 @@ type kvServer struct {
 	arpAt     int64 // when the last ARP request left
 	downAt    int64 // when passive detection took it out
 	upAt      int64 // when it was last readmitted
+	trialAt   int64 // when a trial request was armed (0: none), for a remote server out
+	takenAt   int64 // when the loop first saw the armed trial taken (0: not yet)
 	retry     time.Duration
 	probe     [128]byte
 	passiveDn bool
 	siteDown  bool
 
-	// For the API (kv_api.go): the state shown and since when, errors
+	// For the API (kv_api.go): the state shown, since when and how often
+	// it changed, errors
 	// (unanswered health checks and passive detections) and the last
 	// health-check round trips.
 	state   string
 	since   int64
+	changes uint64 // times state changed since the server was first seen
 	errors  uint64
 	drained bool
 	// probeSent is whether the check of probeAt left (it needs the MAC).
@@ -203,15 +207,43 @@ func (a *Agent) kvPassive(ks *kvServer, routes datapath.Routes, now int64) {
 		a.log.Warn("kv server out: no reply", "pool", ks.pool.Name, "server", s.Addr, "waited", time.Duration(now-p))
 		return
 	}
-	if !s.Local && ks.passiveDn && s.Down() && now-ks.downAt > int64(ks.retry) {
-		// A remote server is not checked from here: it is tried with
-		// real requests again, and taken out again if they go
-		// unanswered, at growing intervals.
+	if !s.Local && ks.passiveDn && s.Down() {
+		a.kvTrial(ks, now, wait)
+	}
+}
+
+// kvTrial readmits a remote server that passive detection took out. It
+// is not checked from here, so after the retry interval one real request
+// for its keys goes to it (router.Server.ArmTrial) while the others keep
+// going to the failover. Any reply from it since then readmits it, once;
+// a trial request unanswered for the passive wait doubles the interval
+// (up to kvRetryMax), as a readmitted server that fails again soon does.
+func (a *Agent) kvTrial(ks *kvServer, now int64, wait time.Duration) {
+	s := ks.s
+	switch {
+	case ks.trialAt == 0:
+		if now-ks.downAt > int64(ks.retry) {
+			s.ArmTrial()
+			ks.trialAt, ks.takenAt = now, 0
+		}
+	case s.LastReply() >= ks.trialAt:
+		s.EndTrial()
 		s.ClearPending()
 		s.SetDown(false)
 		ks.health = router.Health{}
-		ks.upAt, ks.passiveDn = now, false
-		a.log.Info("kv server tried again", "pool", ks.pool.Name, "server", s.Addr)
+		ks.upAt, ks.passiveDn, ks.trialAt, ks.takenAt = now, false, 0, 0
+		a.log.Info("kv server readmitted: a trial request was answered", "pool", ks.pool.Name, "server", s.Addr)
+	case !s.TrialTaken():
+		// Armed, and no request for the server's keys has come yet.
+	case ks.takenAt == 0:
+		ks.takenAt = now
+	case now-ks.takenAt > int64(wait):
+		s.EndTrial()
+		s.ClearPending()
+		ks.downAt, ks.trialAt, ks.takenAt = now, 0, 0
+		ks.retry = min(2*ks.retry, kvRetryMax)
+		ks.errors++
+		a.log.Info("kv server still out: its trial request was not answered", "pool", ks.pool.Name, "server", s.Addr, "next", ks.retry)
 	}
 }
 

@@ -321,6 +321,9 @@ func (st *kvState) sync(n kvNet, t *router.Table, now int64) {
 func (st *kvState) track(now int64) {
 	for _, ks := range st.servers {
 		if s := ks.stateNow(); s != ks.state {
+			if ks.state != "" {
+				ks.changes++
+			}
 			ks.state, ks.since = s, now
 		}
 	}
@@ -361,7 +364,7 @@ func (st *kvState) view(n kvNet, p *router.Pool, now int64) api.KVPool {
 		sv := api.KVServer{Address: s.Addr.String(), Site: s.SiteName, Weight: max(spec.Servers[i].Weight, 1), Local: s.Local, Shard: s.Shard, Tier: s.Tier,
 			Requests: s.Requests.Load(), Replies: s.Replies.Load(), Failovers: s.FailedOver.Load()}
 		if ks := st.watch(s); ks != nil {
-			sv.State, sv.SinceSeconds, sv.Errors = ks.state, float64(now-ks.since)/1e9, ks.errors
+			sv.State, sv.SinceSeconds, sv.StateChanges, sv.Errors = ks.state, float64(now-ks.since)/1e9, ks.changes, ks.errors
 			sv.Latency = ks.latency()
 		}
 		if r, ok := st.records[p.Name]; ok {

@@ -162,8 +162,11 @@ func TestKVHealthChecks(t *testing.T) {
 }
 
 // TestKVPassiveAndSiteDown: a remote server whose requests go
-// unanswered leaves after max(3 × RTT, 50 ms) and is tried again later; a
-// site the overlay loses takes its servers out at once.
+// unanswered leaves after max(3 × RTT, 50 ms). After the retry interval
+// one request for its keys goes to it while the others go to the
+// failover; unanswered, the next trial waits twice as long; answered, the
+// server is readmitted. A site the overlay loses takes its servers out at
+// once.
 func TestKVPassiveAndSiteDown(t *testing.T) {
 	tb, _, servers := kvTestServers(t)
 	a := &Agent{log: slog.New(slog.DiscardHandler)}
@@ -211,9 +214,55 @@ func TestKVPassiveAndSiteDown(t *testing.T) {
 	if s.Usable() {
 		t.Fatal("up after 60 ms without a reply")
 	}
-	a.kvWatch(ks, routes, sec+int64(60*time.Millisecond+kvRetryMin)+1, false)
-	if !s.Usable() {
-		t.Fatal("not tried again after the retry interval")
+	// egress sends the request again at now and returns the site it went
+	// to (the failover is the local server: site 0).
+	egress := func(now int64) wire.SiteID {
+		t.Helper()
+		copy(b, tmpl)
+		_, outs := w.Egress(tb, b, now)
+		if len(outs) != 1 {
+			t.Fatalf("request at %v not routed", time.Duration(now))
+		}
+		return outs[0].Site
+	}
+	servers[0].s.SetMAC([6]byte{0x52, 0, 0, 0, 0, 0x11})
+	if egress(sec+int64(100*time.Millisecond)) != 0 {
+		t.Fatal("request for the down server's key not sent to the failover")
+	}
+	out := sec + int64(60*time.Millisecond)
+	trial1 := out + int64(kvRetryMin) + 1
+	a.kvWatch(ks, routes, trial1, false)
+	if s.Usable() {
+		t.Fatal("readmitted without a reply")
+	}
+	if egress(trial1+1) != man || egress(trial1+2) != 0 || egress(trial1+3) != 0 {
+		t.Fatal("after the retry interval, not exactly one request went to the server")
+	}
+	a.kvWatch(ks, routes, trial1+int64(10*time.Millisecond), false)
+	a.kvWatch(ks, routes, trial1+int64(70*time.Millisecond), false)
+	if s.Usable() || ks.retry != 2*kvRetryMin || ks.errors != 2 {
+		t.Fatalf("unanswered trial: usable %v, next retry %v, errors %d", s.Usable(), ks.retry, ks.errors)
+	}
+	failed := trial1 + int64(70*time.Millisecond)
+	a.kvWatch(ks, routes, failed+int64(kvRetryMin)+1, false)
+	if egress(failed+int64(kvRetryMin)+2) != 0 {
+		t.Fatal("second trial before twice the interval")
+	}
+	trial2 := failed + int64(2*kvRetryMin) + 1
+	a.kvWatch(ks, routes, trial2, false)
+	if egress(trial2+1) != man {
+		t.Fatal("no second trial after twice the interval")
+	}
+	// The server answers the trial request: readmitted, and every request
+	// for its keys goes to it again.
+	rep := kvReplyFrom(t, netip.MustParseAddrPort("10.20.0.12:11211"), netip.MustParseAddrPort("10.20.0.5:5000"))
+	var in router.Inbound
+	if !in.Deliver(tb, rep, trial2+int64(20*time.Millisecond)) {
+		t.Fatal("the trial's reply was not delivered")
+	}
+	a.kvWatch(ks, routes, trial2+int64(25*time.Millisecond), false)
+	if !s.Usable() || egress(trial2+int64(30*time.Millisecond)) != man || egress(trial2+int64(31*time.Millisecond)) != man {
+		t.Fatal("not readmitted after its trial request was answered")
 	}
 	routes.up[man] = false
 	a.kvWatch(ks, routes, 3*sec, false)
@@ -225,4 +274,20 @@ func TestKVPassiveAndSiteDown(t *testing.T) {
 	if !s.Usable() {
 		t.Fatal("server not back with its site")
 	}
+}
+
+// kvReplyFrom builds a memcached UDP reply from server to client, as it
+// arrives over the overlay.
+func kvReplyFrom(t *testing.T, server, client netip.AddrPort) []byte {
+	t.Helper()
+	payload := []byte("\x00\x01\x00\x00\x00\x01\x00\x00END\r\n")
+	b := make([]byte, 42+len(payload))
+	frame.PutEthernet(b, []byte{0x52, 0, 0, 0, 0, 5}, []byte{0x52, 0, 0, 0, 0, 0x12}, false, 0, frame.EtherTypeIPv4)
+	s4, c4 := server.Addr().As4(), client.Addr().As4()
+	frame.PutIPv4(b[14:], 0, 28+len(payload), 0, 0, 64, frame.ProtoUDP, s4[:], c4[:])
+	binary.BigEndian.PutUint16(b[34:], server.Port())
+	binary.BigEndian.PutUint16(b[36:], client.Port())
+	binary.BigEndian.PutUint16(b[38:], uint16(8+len(payload)))
+	copy(b[42:], payload)
+	return b
 }

@@ -65,7 +65,11 @@ type KVServer struct {
 	// (the overlay lost its site) or drained.
 	State        string  `json:"state"`
 	SinceSeconds float64 `json:"since_seconds"`
-	Requests     uint64  `json:"requests"`
+	// StateChanges counts the changes of State since this gateway first
+	// saw the server: a server that went down and was readmitted once
+	// shows 2, one that flaps more.
+	StateChanges uint64 `json:"state_changes"`
+	Requests     uint64 `json:"requests"`
 	// Replies counts the server's replies this gateway saw, those to
 	// its health checks included.
 	Replies uint64 `json:"replies"`

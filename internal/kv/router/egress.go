@@ -225,7 +225,7 @@ func (w *Worker) request(t *Table, p *Pool, b []byte, u frame.UDP, now int64) {
 	if err != nil || len(parts) <= 1 {
 		// One server, or a pipeline the splitter refuses (a multi-key
 		// get across servers inside it): the first request's owner.
-		o, err := w.split.Owner(&w.req, p.owner)
+		o, err := w.split.Owner(&w.req, p.ownerTrial)
 		if err != nil {
 			w.fail(p, b, h, err)
 			return
@@ -304,7 +304,7 @@ func (w *Worker) build(b []byte, h memcache.FrameHeader, req []byte) ([]byte, bo
 // usable shard): to its server, or for a shard of several replicas as
 // routeShard decides.
 func (w *Worker) route(t *Table, p *Pool, f *frame.Frame, b []byte, inPlace bool, o int, ri reqInfo, now int64) {
-	if o < 0 || !p.usable(o) {
+	if o < 0 || !p.usable(o) && !p.onTrial(o) {
 		o = p.firstUsable()
 	}
 	if o < 0 {

@@ -117,7 +117,10 @@ type Pool struct {
 	rep   *repState
 	spec  PoolSpec
 	owner func(key []byte) int // the ring's owner with failover, bound once
-	skip  func(i int) bool
+	// ownerTrial is owner, except that a down server with an armed trial
+	// (Server.ArmTrial) takes the request.
+	ownerTrial func(key []byte) int
+	skip       func(i int) bool
 	// Stats are the pool's counters, shared by the pool's successors
 	// across changes at run time.
 	Stats *PoolStats
@@ -176,6 +179,7 @@ type Server struct {
 	down     atomic.Bool   // set by the agent's health checks
 	siteDown atomic.Bool   // set by the agent when the overlay loses the site
 	needARP  atomic.Bool   // a request found no MAC: the agent should ask
+	trial    atomic.Int32  // trialNone, trialArmed or trialTaken (ArmTrial)
 
 	lastReply    atomic.Int64  // when a reply from it was last seen (ns)
 	healthReply  atomic.Int64  // when a reply to a health check was last seen (ns)
@@ -276,16 +280,46 @@ func newPool(t *Table, ps PoolSpec, old *Pool) (*Pool, error) {
 	}
 	p.ring = r
 	p.skip = func(i int) bool { return !p.usable(i) }
-	p.owner = func(key []byte) int {
-		o := p.ring.Owner(key)
-		if p.usable(o) {
-			return o
-		}
-		p.Stats.FailedOver.Add(1)
-		p.Servers[p.Shards[o].Replicas[0]].FailedOver.Add(1)
-		return p.ring.Next(key, p.skip)
-	}
+	p.owner = func(key []byte) int { return p.ownerOf(key, false) }
+	p.ownerTrial = func(key []byte) int { return p.ownerOf(key, true) }
 	return p, nil
+}
+
+// ownerOf returns the shard key goes to: its ring owner if usable, else
+// the failover. With trial, a ring owner of one server that is down with
+// a trial armed takes this one request instead.
+func (p *Pool) ownerOf(key []byte, trial bool) int {
+	o := p.ring.Owner(key)
+	if p.usable(o) || trial && p.takeTrial(o) {
+		return o
+	}
+	p.Stats.FailedOver.Add(1)
+	p.Servers[p.Shards[o].Replicas[0]].FailedOver.Add(1)
+	return p.ring.Next(key, p.skip)
+}
+
+// Trial states of a server (Server.ArmTrial).
+const (
+	trialNone int32 = iota
+	trialArmed
+	trialTaken
+)
+
+// takeTrial reports whether shard o, of one server, is down with a trial
+// armed, and if so marks the trial taken: the caller sends it the request.
+func (p *Pool) takeTrial(o int) bool {
+	sh := p.Shards[o]
+	if sh.chooser != nil || len(sh.Replicas) != 1 || p.Drained[sh.Replicas[0]] {
+		return false
+	}
+	s := p.Servers[sh.Replicas[0]]
+	return s.down.Load() && !s.siteDown.Load() && s.trial.CompareAndSwap(trialArmed, trialTaken)
+}
+
+// onTrial reports whether shard o's server has taken its trial request.
+func (p *Pool) onTrial(o int) bool {
+	sh := p.Shards[o]
+	return sh.chooser == nil && len(sh.Replicas) == 1 && p.Servers[sh.Replicas[0]].trial.Load() == trialTaken
 }
 
 // usable reports whether shard i may take requests: one of its replicas
@@ -389,6 +423,20 @@ func (s *Server) SetDown(down bool) { s.down.Store(down) }
 
 // Down reports the health checks' verdict.
 func (s *Server) Down() bool { return s.down.Load() }
+
+// ArmTrial lets the next single-key UDP request for the keys of a server
+// that is down go to it, one request, while every other keeps going to
+// the failover. The agent readmits a remote server (which it cannot
+// health-check) when that request is answered, instead of sending it all
+// its keys' requests again to find out.
+func (s *Server) ArmTrial() { s.trial.Store(trialArmed) }
+
+// TrialTaken reports whether the armed trial request has gone to the
+// server.
+func (s *Server) TrialTaken() bool { return s.trial.Load() == trialTaken }
+
+// EndTrial ends a trial, armed or taken.
+func (s *Server) EndTrial() { s.trial.Store(trialNone) }
 
 // SetSiteDown records whether the overlay has lost the server's site.
 func (s *Server) SetSiteDown(down bool) { s.siteDown.Store(down) }
