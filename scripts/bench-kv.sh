@@ -13,6 +13,8 @@
 #   (e) twemproxy at another site, a central proxy (NEU h2; ASCII over TCP)
 #   (m) memaslap to the three servers, (n) memaslap at the virtual address
 #       (a second, independent load generator; ASCII over UDP)
+#   (t) other traffic beside the pool: iperf3 TCP from LAN to NEU, alone and
+#       with kvload at the virtual address, alternated three times
 #
 # each with gets/sets 50/50 and 90/10. twemproxy speaks neither UDP nor
 # the binary protocol, so (d) and (e) use ASCII over TCP. The table (p50,
@@ -39,7 +41,7 @@ export DETOUR_BIN=$bin DETOUR_LAB_BIN=$lab
 export DETOUR_TESTBED_STATE=${DETOUR_TESTBED_STATE:-/run/detour/bench-kv} DETOUR_TESTBED_PREFIX=${DETOUR_TESTBED_PREFIX:-bkv-}
 dur=${KV_DURATION:-10s}
 out=${KV_OUTSTANDING:-16}
-cases=${KV_CASES:-abcdemn}
+cases=${KV_CASES:-abcdemnt}
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -137,6 +139,25 @@ for mix in 0.5 0.9; do
 	mrun m "$mix" "$servers"
 	mrun n "$mix" "$vip"
 done
+# (t) other traffic beside the pool: an iperf3 TCP flow from LAN's second
+# host to NEU's second host (through the same gateways as the pool's
+# requests) for $dur, alone and with kvload (50/50, $out outstanding) at
+# the virtual address beside it, alternated three times.
+if [[ $cases == *t* ]]; then
+	ip netns exec "$neuproxy_ns" iperf3 -s -p 5201 -B "$neuproxy" >"$work/iperf3-server.log" 2>&1 &
+	pids+=($!)
+	sleep 1
+	tcp() { # NAME
+		ip netns exec "$lanproxy_ns" iperf3 -c "$neuproxy" -p 5201 -t "${dur%s}" -J >"$work/$1.json" 2>&1 || true
+	}
+	for round in 1 2 3; do
+		tcp "t-alone-$round"
+		ip netns exec "$client" "$kvl" -duration "$dur" -outstanding "$out" -get-ratio 0.5 -keys 2000 -protocol binary-udp -target "$vip" >"$work/t-kv-$round.json" &
+		kp=$!
+		tcp "t-beside-$round"
+		wait "$kp" || true
+	done
+fi
 echo "bench-kv: uptime after: $(uptime)"
 mkdir -p results
 res=results/bench-kv-$(date +%Y%m%d-%H%M%S).md
@@ -186,6 +207,24 @@ for mix in ("0.5", "0.9"):
         per = lambda x: "–" if x is None or n == 0 else "%.1f" % (x * 1e6 / n)
         print("| %s | %d/%d | %.2f | %.2f | %+.0f | %+.0f | %.0f | %d | %d | %.2f | %s | %s |" % (names[c], round(float(mix) * 100), round(100 - float(mix) * 100),
               l["p50"] / 1e3, l["p99"] / 1e3, l["p50"] - base["p50"], l["p99"] - base["p99"], r["throughput"], r["timeouts"], r["errors"], l["p50"] / base["p50"], per(lan), per(total)))
+if "t" in cases:
+    def mbps(name):
+        try:
+            r = json.load(open(os.path.join(work, name + ".json")))
+            return r["end"]["sum_received"]["bits_per_second"] / 1e6
+        except (OSError, ValueError, KeyError):
+            return None
+    print("\nTCP beside the pool: iperf3 from LAN h2 to NEU h2 for %s, alone and with kvload (50/50, %s outstanding) at the VIP:\n" % (dur, out))
+    print("| round | alone Mbit/s | beside the pool's load Mbit/s | ratio | kvload requests/s |")
+    print("|---|---|---|---|---|")
+    for rnd in (1, 2, 3):
+        a, b = mbps("t-alone-%d" % rnd), mbps("t-beside-%d" % rnd)
+        try:
+            kvr = "%.0f" % json.load(open(os.path.join(work, "t-kv-%d.json" % rnd)))["throughput"]
+        except (OSError, ValueError, KeyError):
+            kvr = "–"
+        f = lambda x: "–" if x is None else "%.1f" % x
+        print("| %d | %s | %s | %s | %s |" % (rnd, f(a), f(b), "–" if not a or b is None else "%.3f" % (b / a), kvr))
 if "m" in cases or "n" in cases:
     print("\nmemaslap, ASCII over UDP, 3 threads × 5 connections, 64-byte keys, 32-byte values:\n")
     print("| case | gets/sets | mean µs | geometric mean µs | requests/s | UDP timeouts | LAN agent µs CPU per request | all agents µs per request |")

@@ -273,7 +273,7 @@ func (g *egress) unicast(dst wire.SiteID, i, n int) {
 		g.e.stats.DropNoRoute.Add(1)
 		return
 	}
-	f := g.classify(dst, g.frames[i][:n])
+	f := g.classify(dst, rt, g.frames[i][:n])
 	hop, delay, main := g.choosePath(rt, f)
 	if main {
 		g.duplicate(rt, g.frames[i][:n])

@@ -37,7 +37,7 @@ func (e *Engine) FlowConfig() FlowConfig { return *e.flowCfg.Load() }
 // bytes and class, and returns its state, or nil for a frame that is no
 // TCP or UDP flow, a flow the table has no room for, or when flow classes
 // are off.
-func (g *egress) classify(dst wire.SiteID, fr []byte) *egressFlow {
+func (g *egress) classify(dst wire.SiteID, rt *routing.Route, fr []byte) *egressFlow {
 	cfg := g.e.flowCfg.Load()
 	st := &g.e.stats
 	if !cfg.Enabled {
@@ -79,7 +79,7 @@ func (g *egress) classify(dst wire.SiteID, fr []byte) *egressFlow {
 	if f.dst != dst { // the host moved: the flow starts over on its new route
 		f.dst, f.sent, f.pinned = dst, false, false
 	}
-	if !f.bulk && (f.count(n, g.now) > cfg.Threshold || cfg.DSCP&(1<<dscp) != 0) {
+	if !f.bulk && (f.count(n, g.now) > cfg.Threshold || f.filled(n, g.now, rt) || cfg.DSCP&(1<<dscp) != 0) {
 		f.bulk = true
 		st.flowsLatency.Add(-1)
 		st.flowsBulk.Add(1)
@@ -95,6 +95,24 @@ func (g *egress) classify(dst wire.SiteID, fr []byte) *egressFlow {
 		st.LatencyBytes.Add(n)
 	}
 	return f
+}
+
+// filled reports whether the flow, sending n bytes at now on route rt,
+// fills its path: for flowFillWindows windows in a row, or for one when
+// rt's path is no longer the one its last packet took (the route
+// switched under it).
+func (f *egressFlow) filled(n uint64, now int64, rt *routing.Route) bool {
+	w := f.fills(n, now, pathRate(rt))
+	return w >= flowFillWindows || w >= 1 && f.sent && f.onMain && !f.onPath(rt.Path)
+}
+
+// pathRate is the available throughput of rt's Route.Path in bits per
+// second, or 0 when it is not known.
+func pathRate(rt *routing.Route) float64 {
+	if rt.Bulk == nil {
+		return 0
+	}
+	return rt.Bulk.PathRate
 }
 
 // sweep frees the slots of the flows idle for longer than idle

@@ -50,6 +50,24 @@ const (
 // short enough that ports are rarely reused within it.
 const DefaultFlowIdle = 15 * time.Second
 
+// A flow that fills its path is bulk too, whatever its byte count: more
+// than flowFillShare of the available throughput of Route.Path's
+// bottleneck (routing.BulkPath.PathRate) in each of flowFillWindows
+// windows of flowRateWindow in a row, that is for a second. Without it, a
+// transfer on a link slower than Threshold per few seconds fills the
+// link's queue before it has sent Threshold bytes, latency routing then
+// moves the route away from the queue, and the transfer with it, onto a
+// path that may be far narrower (on lanman2017, LAN to NEU through BOR:
+// 2.4 Mbit/s instead of 11). A bulk flow keeps the widest path instead,
+// and only the small flows move. A flow that filled its path for one
+// window when the route switches under it is bulk at once, so that it
+// does not follow the switch only to move back when it is classified.
+const (
+	flowRateWindow  = 500 * time.Millisecond
+	flowFillShare   = 0.5
+	flowFillWindows = 2
+)
+
 // flowHalfLife is how often a flow's byte count halves.
 const flowHalfLife = int64(10 * time.Second)
 
@@ -147,7 +165,13 @@ type egressFlow struct {
 	dst   wire.SiteID
 	bytes uint64 // bytes sent, halved every flowHalfLife since epoch
 	epoch int64  // when the count last halved (or the flow began)
-	bulk  bool
+	// winStart and winBytes are the flow's current rate window
+	// (flowRateWindow) and fullWins how many windows in a row before it
+	// carried more than flowFillShare of Route.Path's throughput.
+	winStart int64
+	winBytes uint64
+	fullWins uint8
+	bulk     bool
 	// sent is true once a packet went out; path, pathLen, onMain (on
 	// Route.Path), delay and lastSent then describe the last one.
 	sent     bool
@@ -168,7 +192,7 @@ type egressFlow struct {
 // reset makes f the state of a new flow to dst begun at now, keeping its
 // hold queue.
 func (f *egressFlow) reset(dst wire.SiteID, now int64) {
-	*f = egressFlow{dst: dst, epoch: now, hold: f.hold}
+	*f = egressFlow{dst: dst, epoch: now, winStart: now, hold: f.hold}
 }
 
 // count adds n bytes sent at now to the flow's decaying count and
@@ -181,6 +205,25 @@ func (f *egressFlow) count(n uint64, now int64) uint64 {
 	}
 	f.bytes += n
 	return f.bytes
+}
+
+// fills adds n bytes sent at now to the flow's rate window and returns
+// in how many windows in a row before this one (at most
+// flowFillWindows) the flow sent more than flowFillShare of what rate
+// (bits per second; 0: unknown) could carry.
+func (f *egressFlow) fills(n uint64, now int64, rate float64) uint8 {
+	if age := now - f.winStart; age >= int64(flowRateWindow) {
+		full := age < 2*int64(flowRateWindow) && rate > 0 &&
+			float64(f.winBytes)*8 > flowFillShare*rate*flowRateWindow.Seconds()
+		if full {
+			f.fullWins = min(f.fullWins+1, flowFillWindows)
+		} else {
+			f.fullWins = 0
+		}
+		f.winStart, f.winBytes = now, 0
+	}
+	f.winBytes += n
+	return f.fullWins
 }
 
 // onPath reports whether the flow's last packet went on p.

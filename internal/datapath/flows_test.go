@@ -3,9 +3,11 @@ package datapath
 import (
 	"encoding/binary"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/detour-overlay/detour/internal/fdb"
 	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
@@ -392,5 +394,85 @@ func TestFlowClassesOffEndFlows(t *testing.T) {
 	firstHops(t, g, rc, flowFrame(5001, 0, 100), 2)
 	if lat, bulk := e.Stats().Flows(); lat != 0 || bulk != 0 || g.flows != nil {
 		t.Errorf("flows %d latency %d bulk after turning classes off; table kept: %v", lat, bulk, g.flows != nil)
+	}
+}
+
+// TestFlowThatFillsItsPathBecomesBulk: a flow that sends more than half
+// of what Route.Path's bottleneck carries (PathRate) for a second is
+// bulk, far below the byte threshold; a flow at 40 % of it, or one that
+// fills the path for half a second only, stays in the latency class; with
+// no rate known there is no such rule.
+func TestFlowThatFillsItsPathBecomesBulk(t *testing.T) {
+	ms := int64(time.Millisecond)
+	send := func(f *egressFlow, from, to, every int64, rate float64) (bulkAt int64) {
+		for now := from; now < to; now += every {
+			if f.fills(1400, now, rate) >= flowFillWindows {
+				return now - from
+			}
+		}
+		return -1
+	}
+	var f egressFlow
+	// 1400 bytes a millisecond is 11.2 Mbit/s: 56 % of 20 Mbit/s.
+	f.reset(3, 0)
+	if at := send(&f, 0, 3000*ms, ms, 20e6); at < 1000*ms || at > 1100*ms {
+		t.Errorf("a flow filling 56 %% of its path became bulk after %v, want about 1 s", time.Duration(at))
+	}
+	// Every 1.5 ms is 7.5 Mbit/s: 37 %.
+	f.reset(3, 0)
+	if at := send(&f, 0, 10_000*ms, 3*ms/2, 20e6); at >= 0 {
+		t.Errorf("a flow at 37 %% of its path became bulk after %v", time.Duration(at))
+	}
+	// Half a second at 56 %, then quiet, then again half a second.
+	f.reset(3, 0)
+	if send(&f, 0, 500*ms, ms, 20e6) >= 0 || send(&f, 800*ms, 1300*ms, ms, 20e6) >= 0 || send(&f, 2000*ms, 2400*ms, ms, 20e6) >= 0 {
+		t.Error("bursts of half a second made the flow bulk")
+	}
+	f.reset(3, 0)
+	if at := send(&f, 0, 5000*ms, ms, 0); at >= 0 {
+		t.Errorf("with no rate known a flow became bulk after %v", time.Duration(at))
+	}
+
+	// Through the egress: the flow's class changes with the byte
+	// threshold far away.
+	var clock atomic.Int64
+	rc := &recordingConn{sent: make(chan sentPacket, 4000)}
+	e := New(Config{Self: 1, Conn: rc, Ports: []*Port{{Network: testNet, Dev: nopDev{}, FDB: fdb.New(time.Minute)}}, Now: clock.Load})
+	g := e.newEgress(e.Port(testNet))
+	e.Port(testNet).FDB.Learn(hostC, 3, 0)
+	e.SetFlowConfig(FlowConfig{Enabled: true, Threshold: 1 << 40, Idle: time.Minute})
+	bulkRoutes(e, 1, []wire.SiteID{3}, 30*time.Millisecond, []wire.SiteID{2, 3}, 35*time.Millisecond)
+	fr := flowFrame(5003, 0, 1400)
+	for now := int64(0); now < 1200*ms && e.Stats().ClassChanges.Load() == 0; now += ms {
+		clock.Store(now)
+		sendFrame(g, fr)
+		for len(rc.sent) > 0 {
+			<-rc.sent
+		}
+	}
+	if _, bulk := e.Stats().Flows(); e.Stats().ClassChanges.Load() != 1 || bulk != 1 {
+		t.Errorf("a flow filling its path through the egress: %d class changes, %d bulk flows", e.Stats().ClassChanges.Load(), bulk)
+	}
+
+	// A second flow fills the path for one window; then the route
+	// switches to the relay (the flow's own queue, say): it is bulk at
+	// its next packet, and keeps the direct path, now offered as the
+	// bulk path, instead of following the switch.
+	fr2 := flowFrame(5004, 0, 1400)
+	start := clock.Load()
+	for now := start; now < start+600*ms; now += ms {
+		clock.Store(now)
+		sendFrame(g, fr2)
+		for len(rc.sent) > 0 {
+			<-rc.sent
+		}
+	}
+	if e.Stats().ClassChanges.Load() != 1 {
+		t.Fatalf("the second flow was bulk after one window: %d class changes", e.Stats().ClassChanges.Load())
+	}
+	bulkRoutes(e, 2, []wire.SiteID{2, 3}, 25*time.Millisecond, []wire.SiteID{3}, 30*time.Millisecond)
+	clock.Store(start + 601*ms)
+	if h := firstHops(t, g, rc, fr2, 1); h[0] != addr3 || e.Stats().ClassChanges.Load() != 2 {
+		t.Errorf("after the switch the flow went to %v with %d class changes; want the direct path and bulk", h[0], e.Stats().ClassChanges.Load())
 	}
 }
