@@ -170,10 +170,7 @@ func keyRouteEngine(t testing.TB) (*Engine, *egress, []byte) {
 func TestKeyRouteNoAllocs(t *testing.T) {
 	e, g, req := keyRouteEngine(t)
 	allocs := testing.AllocsPerRun(100, func() {
-		copy(g.frames[0], req)
-		g.begin()
-		g.forward(0, len(req))
-		g.flushBatch()
+		sendFrame(g, req)
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocs per request", allocs)
@@ -189,10 +186,7 @@ func BenchmarkEgressKeyRoute(b *testing.B) {
 	_, g, req := keyRouteEngine(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		copy(g.frames[0], req)
-		g.begin()
-		g.forward(0, len(req))
-		g.flushBatch()
+		sendFrame(g, req)
 	}
 }
 
@@ -217,10 +211,7 @@ func BenchmarkEgressOtherTraffic(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(dgram)))
 			for b.Loop() {
-				copy(g.frames[0], dgram)
-				g.begin()
-				g.forward(0, len(dgram))
-				g.flushBatch()
+				sendFrame(g, dgram)
 			}
 			if e.Stats().PacketsSent.Load() == 0 || e.Stats().KVFrames.Load() != 0 {
 				b.Fatalf("frames not forwarded as other traffic: %v", e.Stats().Snapshot())
@@ -254,10 +245,7 @@ func BenchmarkGatewayGet(b *testing.B) {
 	m := transport.Message{Buf: buf, Addr: netip.MustParseAddrPort("198.18.0.3:1")}
 	b.ReportAllocs()
 	for b.Loop() {
-		copy(g.frames[0], req)
-		g.begin()
-		g.forward(0, len(req))
-		g.flushBatch()
+		sendFrame(g, req)
 		h.Seq++
 		n := h.Put(buf)
 		m.N = n + copy(buf[n:], reply)
