@@ -86,9 +86,14 @@ func (tm *trafficManager) start(name string) error {
 	return tm.save()
 }
 
-// startOne starts an iperf3 server at site b and a client at site a.
+// startOne starts an iperf3 server at site b and a client at site a. The
+// emulator, which starts them, runs real-time (emulatorPriority), and a
+// child inherits that: both run at normal priority instead (chrt
+// --other 0). An iperf3 client that inherited real-time priority and
+// spun once its server had gone held a core for minutes, starving the
+// experiment that was to stop it.
 func (tm *trafficManager) startOne(name string, a, b, port int, rate scenario.Rate) ([]Proc, error) {
-	srv, err := startDetached(tm.dir, name+"-server", "ip", "netns", "exec", tm.st.Sites[b].Gateway,
+	srv, err := startDetached(tm.dir, name+"-server", "chrt", "--other", "0", "ip", "netns", "exec", tm.st.Sites[b].Gateway,
 		"iperf3", "-s", "-p", strconv.Itoa(port))
 	if err != nil {
 		return nil, err
@@ -97,12 +102,12 @@ func (tm *trafficManager) startOne(name string, a, b, port int, rate scenario.Ra
 	var cli Proc
 	for try := 0; try < 20; try++ {
 		time.Sleep(50 * time.Millisecond)
-		args := []string{"netns", "exec", tm.st.Sites[a].Gateway, "iperf3", "-c", tm.st.Sites[b].Underlay,
+		args := []string{"--other", "0", "ip", "netns", "exec", tm.st.Sites[a].Gateway, "iperf3", "-c", tm.st.Sites[b].Underlay,
 			"-p", strconv.Itoa(port), "-t", "86400", "-i", "0"}
 		if rate > 0 {
 			args = append(args, "-b", strconv.FormatUint(uint64(rate), 10))
 		}
-		if cli, err = startDetached(tm.dir, name+"-client", "ip", args...); err != nil {
+		if cli, err = startDetached(tm.dir, name+"-client", "chrt", args...); err != nil {
 			return []Proc{srv}, err
 		}
 		time.Sleep(100 * time.Millisecond)

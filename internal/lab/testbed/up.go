@@ -355,7 +355,8 @@ func startEmulator(ctx context.Context, st *State, o Options) error {
 // two gateways waited 3 to 9 s in the emulator's input queue (a ping of
 // 6 ms took 8.7 s); real-time, 6.0 to 6.1 ms. The kernel keeps 5 % of
 // each second for other programs (sched_rt_runtime_us), and the emulator
-// sleeps between packets rather than spinning.
+// sleeps between packets rather than spinning. The programs the emulator
+// starts (the cross traffic's iperf3) do not inherit it (traffic.go).
 func emulatorPriority() (string, []string) {
 	if exec.Command("chrt", "-f", "10", "true").Run() == nil {
 		return "chrt", []string{"-f", "10"}
