@@ -169,9 +169,10 @@ names = {"a": "(a) client-side ketama, binary/UDP", "b": "(b) detour VIP, binary
          "d": "(d) twemproxy at LAN, ASCII/TCP", "e": "(e) twemproxy at NEU, ASCII/TCP"}
 print("%s per case, %s outstanding, 2,000 keys, 32-byte values, prefilled, underlay %s\n" % (dur, out, os.environ.get("KV_UNDERLAY", "emulator")))
 tick = os.sysconf("SC_CLK_TCK")
-def cpu(c, mix):
-    """CPU µs per request of LAN's agent and of all agents, from the ticks
-    before and after the case (10 ms resolution: read it over 10 s runs)."""
+def cpu(c, mix, n):
+    """CPU µs per request (n requests) of LAN's agent and of all agents,
+    formatted, from the ticks before and after the case (10 ms
+    resolution: read it over 10 s runs); "–" where unknown."""
     def read(ext):
         try:
             return dict((l.split()[0], int(l.split()[1])) for l in open(os.path.join(work, "%s-%s.%s" % (c, mix, ext))))
@@ -179,7 +180,8 @@ def cpu(c, mix):
             return {}
     t0, t1 = read("cpu0"), read("cpu1")
     used = {k: (t1[k] - t0[k]) / tick for k in t1 if k in t0}
-    return used.get("LAN"), sum(used.values()) if used else None
+    per = lambda x: "–" if x is None or n == 0 else "%.1f" % (x * 1e6 / n)
+    return per(used.get("LAN")), per(sum(used.values()) if used else None)
 def memaslap(c, mix):
     """The run's requests/s, mean and geometric mean latency in µs, and UDP
     timeouts, from memaslap's report (None when it did not finish)."""
@@ -203,10 +205,9 @@ for mix in ("0.5", "0.9"):
         r = json.load(open(os.path.join(work, "%s-%s.json" % (c, mix))))
         l = r["latency_us"]
         n = r["requests"] + 2000  # the 2,000 prefill sets fall inside the CPU window too
-        lan, total = cpu(c, mix)
-        per = lambda x: "–" if x is None or n == 0 else "%.1f" % (x * 1e6 / n)
+        lan, total = cpu(c, mix, n)
         print("| %s | %d/%d | %.2f | %.2f | %+.0f | %+.0f | %.0f | %d | %d | %.2f | %s | %s |" % (names[c], round(float(mix) * 100), round(100 - float(mix) * 100),
-              l["p50"] / 1e3, l["p99"] / 1e3, l["p50"] - base["p50"], l["p99"] - base["p99"], r["throughput"], r["timeouts"], r["errors"], l["p50"] / base["p50"], per(lan), per(total)))
+              l["p50"] / 1e3, l["p99"] / 1e3, l["p50"] - base["p50"], l["p99"] - base["p99"], r["throughput"], r["timeouts"], r["errors"], l["p50"] / base["p50"], lan, total))
 if "t" in cases:
     def mbps(name):
         try:
@@ -239,8 +240,7 @@ if "m" in cases or "n" in cases:
                 print("| %s | %d/%d | did not finish (see its output) | | | | | |" % (mnames[c], round(float(mix) * 100), round(100 - float(mix) * 100)))
                 continue
             ops, tps, avg, geo, to = r
-            lan, total = cpu(c, mix)
-            per = lambda x: "–" if x is None or ops == 0 else "%.1f" % (x * 1e6 / ops)
-            print("| %s | %d/%d | %d | %.0f | %d | %d | %s | %s |" % (mnames[c], round(float(mix) * 100), round(100 - float(mix) * 100), avg, geo, tps, to, per(lan), per(total)))
+            lan, total = cpu(c, mix, ops)
+            print("| %s | %d/%d | %d | %.0f | %d | %d | %s | %s |" % (mnames[c], round(float(mix) * 100), round(100 - float(mix) * 100), avg, geo, tps, to, lan, total))
 PY
 cat "$res"

@@ -305,21 +305,28 @@ const (
 	trialTaken
 )
 
-// takeTrial reports whether shard o, of one server, is down with a trial
-// armed, and if so marks the trial taken: the caller sends it the request.
-func (p *Pool) takeTrial(o int) bool {
+// trialServer returns the server of shard o when trials apply to it: a
+// shard of one server, not drained (replicated shards choose among their
+// replicas instead); else nil.
+func (p *Pool) trialServer(o int) *Server {
 	sh := p.Shards[o]
 	if sh.chooser != nil || len(sh.Replicas) != 1 || p.Drained[sh.Replicas[0]] {
-		return false
+		return nil
 	}
-	s := p.Servers[sh.Replicas[0]]
-	return s.down.Load() && !s.siteDown.Load() && s.trial.CompareAndSwap(trialArmed, trialTaken)
+	return p.Servers[sh.Replicas[0]]
+}
+
+// takeTrial reports whether shard o's server is down with a trial armed,
+// and if so marks the trial taken: the caller sends it the request.
+func (p *Pool) takeTrial(o int) bool {
+	s := p.trialServer(o)
+	return s != nil && s.down.Load() && !s.siteDown.Load() && s.trial.CompareAndSwap(trialArmed, trialTaken)
 }
 
 // onTrial reports whether shard o's server has taken its trial request.
 func (p *Pool) onTrial(o int) bool {
-	sh := p.Shards[o]
-	return sh.chooser == nil && len(sh.Replicas) == 1 && p.Servers[sh.Replicas[0]].trial.Load() == trialTaken
+	s := p.trialServer(o)
+	return s != nil && s.TrialTaken()
 }
 
 // usable reports whether shard i may take requests: one of its replicas

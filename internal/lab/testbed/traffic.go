@@ -93,8 +93,8 @@ func (tm *trafficManager) start(name string) error {
 // spun once its server had gone held a core for minutes, starving the
 // experiment that was to stop it.
 func (tm *trafficManager) startOne(name string, a, b, port int, rate scenario.Rate) ([]Proc, error) {
-	srv, err := startDetached(tm.dir, name+"-server", "chrt", "--other", "0", "ip", "netns", "exec", tm.st.Sites[b].Gateway,
-		"iperf3", "-s", "-p", strconv.Itoa(port))
+	srv, err := startDetached(tm.dir, name+"-server", "chrt", normalPriority("ip", "netns", "exec", tm.st.Sites[b].Gateway,
+		"iperf3", "-s", "-p", strconv.Itoa(port))...)
 	if err != nil {
 		return nil, err
 	}
@@ -102,12 +102,12 @@ func (tm *trafficManager) startOne(name string, a, b, port int, rate scenario.Ra
 	var cli Proc
 	for try := 0; try < 20; try++ {
 		time.Sleep(50 * time.Millisecond)
-		args := []string{"--other", "0", "ip", "netns", "exec", tm.st.Sites[a].Gateway, "iperf3", "-c", tm.st.Sites[b].Underlay,
+		args := []string{"ip", "netns", "exec", tm.st.Sites[a].Gateway, "iperf3", "-c", tm.st.Sites[b].Underlay,
 			"-p", strconv.Itoa(port), "-t", "86400", "-i", "0"}
 		if rate > 0 {
 			args = append(args, "-b", strconv.FormatUint(uint64(rate), 10))
 		}
-		if cli, err = startDetached(tm.dir, name+"-client", "chrt", args...); err != nil {
+		if cli, err = startDetached(tm.dir, name+"-client", "chrt", normalPriority(args...)...); err != nil {
 			return []Proc{srv}, err
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -117,6 +117,10 @@ func (tm *trafficManager) startOne(name string, a, b, port int, rate scenario.Ra
 	}
 	return []Proc{srv}, fmt.Errorf("iperf3 client %s did not start: %s", name, logTail(tm.dir, name+"-client"))
 }
+
+// normalPriority returns chrt's arguments that run argv at normal
+// priority (SCHED_OTHER), whatever the caller's.
+func normalPriority(argv ...string) []string { return append([]string{"--other", "0"}, argv...) }
 
 // stop ends a running flow.
 func (tm *trafficManager) stop(name string) error {
