@@ -91,7 +91,7 @@ func DefaultBulkConfig() BulkConfig {
 	return BulkConfig{Enabled: true, Bound: 10 * time.Millisecond, BoundFraction: 0.25, MinGain: 1.5}
 }
 
-// DefaultConfig returns H = 3, max(0.5 ms, 1.5 %) held for 300 ms (6 s
+// DefaultConfig returns H = 3, max(0.375 ms, 1.5 %) held for 300 ms (6 s
 // for a gain below twice that, 10 s to go back to a path left within the
 // last minute because it got worse),
 // 3 s of settling, at most one unforced switch per destination every 10 s,
@@ -100,7 +100,9 @@ func DefaultBulkConfig() BulkConfig {
 func DefaultConfig() Config {
 	return Config{
 		MaxHops:      3,
-		MinGain:      500 * time.Microsecond,
+		// Both parts sit at three quarters of the oracle bound's,
+		// max(0.5 ms, 2 %) (docs/routing.md).
+		MinGain:      375 * time.Microsecond,
 		GainFraction: 0.015,
 		Hold:         300 * time.Millisecond,
 		NearTieHold:  6 * time.Second,
@@ -456,11 +458,11 @@ func (r *Router) settling(now time.Time, m *Matrix, d *dest, p []wire.SiteID) bo
 
 // holdFor is how long a gain must last before a switch: Hold for a clear
 // gain, NearTieHold for a near tie, one that measurement noise between two
-// nearly equal paths could produce: below max(2 × MinGain, 2 × GainFraction
-// × its one-way latency), and below the 2 % that would make the current
-// path one a user calls worse (the oracle bound).
+// nearly equal paths could produce: below twice the threshold and below
+// the 2 % that would make the current path one a user calls worse (the
+// oracle bound), but never below nearTieFloor.
 func (r *Router) holdFor(gain time.Duration, best Metrics) time.Duration {
-	tie := max(2*r.cfg.MinGain, min(2*r.threshold(best), time.Duration(nearTieFraction*float64(best.OneWay))))
+	tie := max(nearTieFloor, min(2*r.threshold(best), time.Duration(nearTieFraction*float64(best.OneWay))))
 	if gain < tie {
 		return max(r.cfg.NearTieHold, r.cfg.Hold)
 	}
@@ -482,6 +484,11 @@ func (r *Router) damped(now time.Time, d *dest) bool {
 // nearTieFraction caps a near tie at 2 % of the path's one-way latency,
 // the bound within which a path counts as the best (docs/routing.md).
 const nearTieFraction = 0.02
+
+// nearTieFloor is the smallest gain that is not a near tie: the noise of
+// the estimates of two paths of several links each reaches a few tenths
+// of a millisecond per link (docs/routing.md).
+const nearTieFloor = time.Millisecond
 
 // installKind says how a path is installed.
 type installKind int
