@@ -62,7 +62,7 @@ type Explanation struct {
 	Returning bool
 	// DirectSince is when the chosen relayed path began to gain less than
 	// half the threshold over the direct path (zero if it does not): the
-	// route goes direct after NearTieHold.
+	// route goes direct after DirectHold.
 	DirectSince time.Time
 	Settling    bool
 	Switches    int
@@ -160,7 +160,7 @@ func (r *Router) reason(now time.Time, ex Explanation, best []wire.SiteID) strin
 		return "pinned path is down: normal selection applies"
 	}
 	if !ex.DirectSince.IsZero() && ex.PendingSince.IsZero() {
-		return fmt.Sprintf("switch to the direct path pending: the relay has gained less than half the threshold for %v of the %v hold", now.Sub(ex.DirectSince).Round(time.Millisecond), r.cfg.NearTieHold)
+		return fmt.Sprintf("switch to the direct path pending: the relay has gained less than half the threshold for %v of the %v hold", now.Sub(ex.DirectSince).Round(time.Millisecond), r.cfg.DirectHold)
 	}
 	if slices.Equal(ex.Chosen, best) {
 		return "lowest latency path of at most MaxHops links"

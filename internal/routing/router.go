@@ -36,6 +36,13 @@ type Config struct {
 	// means one noisy window cannot move a route; real changes of
 	// several milliseconds are still followed after Hold.
 	NearTieHold time.Duration
+	// DirectHold is how long a relayed path must gain less than half
+	// the threshold over the direct path before the route goes direct
+	// (directTie). Nothing is urgent about it: the relay is no worse
+	// than the direct path. So it waits for several of the estimator's
+	// windows, and a noisy estimate of a relay that truly gains a few
+	// tenths of a millisecond does not move the route to a slower path.
+	DirectHold time.Duration
 	// Settle is how long after a destination first becomes reachable its
 	// route follows the best path without damping, while the link matrix
 	// fills in. The same holds, for as long as they are settling, for the
@@ -93,19 +100,21 @@ func DefaultBulkConfig() BulkConfig {
 
 // DefaultConfig returns H = 3, max(0.375 ms, 1.5 %) held for 300 ms (6 s
 // for a gain below twice that, 10 s to go back to a path left within the
-// last minute because it got worse),
+// last minute because it got worse, 30 s before leaving a relay that gains
+// less than half the threshold for the direct path),
 // 3 s of settling, at most one unforced switch per destination every 10 s,
 // 1 ms of cost per 1 % of loss, and links losing half their probes
 // excluded.
 func DefaultConfig() Config {
 	return Config{
-		MaxHops:      3,
+		MaxHops: 3,
 		// Both parts sit at three quarters of the oracle bound's,
 		// max(0.5 ms, 2 %) (docs/routing.md).
 		MinGain:      375 * time.Microsecond,
 		GainFraction: 0.015,
 		Hold:         300 * time.Millisecond,
 		NearTieHold:  6 * time.Second,
+		DirectHold:   30 * time.Second,
 		Settle:       3 * time.Second,
 		// A link oscillating around the switching threshold would
 		// otherwise move a route at every swing; ZeroTier waits 15 s.
@@ -125,7 +134,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("routing: max hops %d not in 1..%d", c.MaxHops, wire.MaxPath)
 	case c.MinGain < 0 || c.GainFraction < 0 || c.GainFraction >= 1:
 		return errors.New("routing: switching gain must be non-negative and the fraction below 1")
-	case c.Hold < 0 || c.NearTieHold < 0 || c.Settle < 0 || c.MinSwitchInterval < 0 || c.ReturnHold < 0 || c.ReturnWindow < 0 || c.HoldMargin < 0 || c.HoldMargin > time.Millisecond:
+	case c.Hold < 0 || c.NearTieHold < 0 || c.DirectHold < 0 || c.Settle < 0 || c.MinSwitchInterval < 0 || c.ReturnHold < 0 || c.ReturnWindow < 0 || c.HoldMargin < 0 || c.HoldMargin > time.Millisecond:
 		return errors.New("routing: negative hold, settle, damping or return time, or a hold margin outside 0..1 ms")
 	case c.Weights.Recovery < 0 || c.Weights.LossFloor < 0 || c.Weights.LossFloor > 1 || c.Weights.MaxLoss < 0 || c.Weights.MaxLoss > 1:
 		return errors.New("routing: loss recovery time must be non-negative, and loss floor and max loss in 0..1")
@@ -427,7 +436,7 @@ func (r *Router) directTie(m *Matrix, dst wire.SiteID, p []wire.SiteID, pm Metri
 
 // preferDirect moves d from its relayed path (metrics cm) to the direct
 // path to dst when the relay has gained less than half the threshold for
-// NearTieHold (at once while settling), as directTie explains. It is
+// DirectHold (at once while settling), as directTie explains. It is
 // called when no clearly better path is pending.
 func (r *Router) preferDirect(now time.Time, m *Matrix, d *dest, dst wire.SiteID, cm Metrics) (Switch, bool) {
 	adv, tie := r.directTie(m, dst, d.path, cm)
@@ -441,7 +450,7 @@ func (r *Router) preferDirect(now time.Time, m *Matrix, d *dest, dst wire.SiteID
 	if d.directSince.IsZero() {
 		d.directSince = now
 	}
-	if now.Sub(d.directSince) < r.cfg.NearTieHold || r.damped(now, d) {
+	if now.Sub(d.directSince) < r.cfg.DirectHold || r.damped(now, d) {
 		return Switch{}, false
 	}
 	reason := fmt.Sprintf("the relay gained only %v over the direct path for %v", adv.Round(time.Microsecond), now.Sub(d.directSince).Round(time.Millisecond))
@@ -547,7 +556,7 @@ func (r *Router) NextDeadline() time.Time {
 		case !d.pendingSince.IsZero():
 			at = d.pendingSince.Add(max(d.pendingHold, r.cfg.Hold))
 		case !d.directSince.IsZero():
-			at = d.directSince.Add(r.cfg.NearTieHold)
+			at = d.directSince.Add(r.cfg.DirectHold)
 		default:
 			continue
 		}

@@ -506,7 +506,7 @@ func TestSettlingIgnoresTies(t *testing.T) {
 
 // TestRelayMustEarnItsKeep: a relayed path that gains less than half the
 // threshold over the direct path gives way to the direct path after
-// NearTieHold (and is not chosen as a first route); one that gains between
+// DirectHold (and is not chosen as a first route); one that gains between
 // half the threshold and the threshold is kept, and the direct path that
 // replaced it is not left for it either (no flapping in the band).
 func TestRelayMustEarnItsKeep(t *testing.T) {
@@ -514,20 +514,20 @@ func TestRelayMustEarnItsKeep(t *testing.T) {
 	tn, r, step, direct, relay := l.tn, l.r, l.step, l.direct, l.relay
 	cfg := DefaultConfig()
 	tn.d[0][2] = 10250 * time.Microsecond // the relay gains 0.15 ms < 0.1875 ms
-	step(cfg.NearTieHold - time.Second)
+	step(cfg.DirectHold - time.Second)
 	if !slices.Equal(path(r, 3), relay) {
-		t.Fatalf("path %v: left the relay before the near-tie hold", path(r, 3))
+		t.Fatalf("path %v: left the relay before the direct hold", path(r, 3))
 	}
 	why := r.Why(l.now, 3)
 	if !strings.Contains(why.Reason, "direct path pending") {
 		t.Errorf("why: %q; want the pending move to the direct path explained", why.Reason)
 	}
-	if dl := r.NextDeadline(); why.DirectSince.IsZero() || !dl.Equal(why.DirectSince.Add(cfg.NearTieHold)) {
-		t.Errorf("next deadline %v, want %v after %v", dl, cfg.NearTieHold, why.DirectSince)
+	if dl := r.NextDeadline(); why.DirectSince.IsZero() || !dl.Equal(why.DirectSince.Add(cfg.DirectHold)) {
+		t.Errorf("next deadline %v, want %v after %v", dl, cfg.DirectHold, why.DirectSince)
 	}
 	step(time.Second + 100*ms)
 	if !slices.Equal(path(r, 3), direct) {
-		t.Fatalf("path %v, want direct once the relay gained 0.15 ms for %v", path(r, 3), cfg.NearTieHold)
+		t.Fatalf("path %v, want direct once the relay gained 0.15 ms for %v", path(r, 3), cfg.DirectHold)
 	}
 	tn.d[0][2] = 10400 * time.Microsecond // the relay gains 0.3 ms: in the band
 	step(30 * time.Second)
@@ -701,5 +701,23 @@ func TestGainJustBeyondTheBoundIsTaken(t *testing.T) {
 	step(2 * time.Second)
 	if !slices.Equal(path(r, 3), relay) {
 		t.Fatalf("path %v, want the relay after a 0.45 ms gain for %v", path(r, 3), cfg.NearTieHold+time.Second)
+	}
+}
+
+// TestRelayKeptThroughANoisyWindow: a relay that truly gains 0.3 ms (in
+// the band where neither path replaces the other) and reads as gaining
+// only 0.15 ms for 10 s, two of the estimator's windows, is kept: leaving
+// it would move the route to a slower path on noise.
+func TestRelayKeptThroughANoisyWindow(t *testing.T) {
+	l := newLeonRun(t, 15500*time.Microsecond, "relay")
+	tn, r, step, relay := l.tn, l.r, l.step, l.relay
+	tn.d[0][2] = 10400 * time.Microsecond // the relay gains 0.3 ms
+	step(20 * time.Second)
+	tn.d[0][2] = 10250 * time.Microsecond // reads as 0.15 ms for 10 s
+	step(10 * time.Second)
+	tn.d[0][2] = 10400 * time.Microsecond
+	step(time.Minute)
+	if !slices.Equal(path(r, 3), relay) {
+		t.Fatalf("path %v: left the relay for a 10 s dip of its gain", path(r, 3))
 	}
 }
