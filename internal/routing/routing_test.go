@@ -679,11 +679,12 @@ func TestNearTieCappedAtTwoPercent(t *testing.T) {
 }
 
 // TestGainJustBeyondTheBoundIsTaken: a relay 0.45 ms better than a direct
-// path of about 10 ms is beyond the oracle bound's floor of 0.5 ms less
-// the estimates' error, so it is taken (after the near-tie hold), while a
-// gain of 0.3 ms is not. With the threshold at the bound itself, a true
-// gain of 0.62 ms estimated at 0.48 ms kept a pair outside the bound for
-// ten minutes (docs/loss.md).
+// path of about 10 ms is taken (after the near-tie hold), a gain of 0.3 ms
+// is not. The switching gain's floor, 0.375 ms, sits below the oracle
+// bound's 0.5 ms, so an estimate a little short still moves a pair that is
+// outside the bound; with the floor at 0.5 ms, a true gain of 0.62 ms
+// estimated below it kept a pair outside the bound for ten minutes
+// (docs/loss.md).
 func TestGainJustBeyondTheBoundIsTaken(t *testing.T) {
 	l := newLeonRun(t, 5*ms, "direct")
 	tn, r, step, relay := l.tn, l.r, l.step, l.relay
