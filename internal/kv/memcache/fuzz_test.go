@@ -126,9 +126,27 @@ func FuzzReplyEnd(f *testing.F) {
 	f.Add([]byte("STORED\r\n"))
 	f.Add([]byte{0x81, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 'x'})
 	f.Fuzz(func(t *testing.T, in []byte) {
-		n, _, err := ReplyEnd(in)
+		n, kind, err := ReplyEnd(in)
 		if err == nil && (n <= 0 || n > len(in)) {
 			t.Fatalf("reply of %d bytes in %d", n, len(in))
+		}
+		if err != nil {
+			if p, _ := ReplyStreamable(in); p > len(in) {
+				t.Fatalf("%d streamable bytes of %d", p, len(in))
+			}
+			return
+		}
+		// Every prefix of a complete reply: what may be passed on is
+		// the reply's and stops before its last line.
+		last := n - 1
+		if kind == ReplyValues {
+			last = bytes.LastIndexByte(in[:n-1], '\n') + 1 // the END line
+		}
+		for cut := range n {
+			p, pk := ReplyStreamable(in[:cut])
+			if p > cut || p > last || p > 0 && pk != kind {
+				t.Fatalf("%q: %d streamable (%v) of the first %d bytes, reply %d (%v)", in[:n], p, pk, cut, n, kind)
+			}
 		}
 	})
 }

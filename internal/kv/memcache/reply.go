@@ -67,6 +67,76 @@ func ReplyEnd(buf []byte) (int, ReplyKind, error) {
 	return next, ReplyLine, nil
 }
 
+// ReplyStreamable returns how many leading bytes of buf, the start of a
+// reply that ReplyEnd found incomplete, surely belong to that reply and
+// come before its last line, so that a terminator may pass them on
+// before the rest arrives. Lines (VALUE, VA, END) count only once whole;
+// a data block or a binary body counts as far as it has arrived:
+//
+//	VALUE k 0 1048576\r\n | 700 KB of the block… | (the rest, \r\n, END\r\n)
+//	└──────── streamable ────────────────────┘
+//
+// The bytes it counts never include a reply's last line, so the piece
+// that completes a get's reply always holds its whole "END\r\n". It
+// returns 0 for a reply without a data block (a line) or a prefix it
+// cannot frame, and the reply's framing otherwise.
+func ReplyStreamable(buf []byte) (int, ReplyKind) {
+	if len(buf) == 0 {
+		return 0, 0
+	}
+	if buf[0] == MagicResponse {
+		if len(buf) < HeaderLen {
+			return 0, 0
+		}
+		n := uint64(HeaderLen) + uint64(binary.BigEndian.Uint32(buf[8:]))
+		return int(min(n-1, uint64(len(buf)))), ReplyBinary
+	}
+	line, next, err := replyLine(buf, 0)
+	switch {
+	case err != nil:
+		return 0, 0
+	case bytes.HasPrefix(line, []byte("VA ")):
+		return streamBlock(buf, line, next, 1), ReplyMetaValue
+	case !bytes.HasPrefix(line, []byte("VALUE ")):
+		return 0, 0
+	}
+	return streamValues(buf, line, next), ReplyValues
+}
+
+// streamValues returns how far the VALUE lines and data blocks from the
+// start of buf have arrived, short of a line that has not.
+func streamValues(buf, line []byte, next int) int {
+	off := 0
+	for {
+		end := streamBlock(buf, line, next, 3)
+		switch {
+		case end == 0:
+			return off // a VALUE line ReplyEnd will refuse
+		case end == len(buf):
+			return end
+		}
+		off = end
+		var err error
+		if line, next, err = replyLine(buf, off); err != nil || !bytes.HasPrefix(line, []byte("VALUE ")) {
+			return off
+		}
+	}
+}
+
+// streamBlock returns the offset after the data block of a value line
+// (its size in field sizeField) that ends at next, as far as buf holds
+// it, or 0 when the line has no size.
+func streamBlock(buf, line []byte, next, sizeField int) int {
+	size, ok := field(line, sizeField)
+	if !ok {
+		return 0
+	}
+	if size+2 >= uint64(len(buf)-next) {
+		return len(buf)
+	}
+	return next + int(size) + 2
+}
+
 // replyLine returns the line starting at off without its "\r\n" and the
 // offset after it.
 func replyLine(buf []byte, off int) ([]byte, int, error) {

@@ -128,6 +128,43 @@ func TestReplyEnd(t *testing.T) {
 	}
 }
 
+// TestReplyStreamable: the bytes of an incomplete reply a terminator may
+// pass on are its whole lines and the data it has of its blocks, never
+// a partial line, and nothing of a reply that is only a line.
+func TestReplyStreamable(t *testing.T) {
+	cases := []struct {
+		in string
+		n  int
+	}{
+		{"", 0},
+		{"VALUE a 0 1048576", 0},
+		{"VALUE a 0 1048576\r\n", 19},
+		{"VALUE a 0 1048576\r\nabc", 22},
+		{"VALUE a 0 3\r\nabc\r", 17},
+		{"VALUE a 0 3\r\nabc\r\n", 18},
+		{"VALUE a 0 3\r\nabc\r\nEN", 18},
+		{"VALUE a 0 3\r\nabc\r\nVALUE b 0 2", 18},
+		{"VALUE a 0 3\r\nabc\r\nVALUE b 0 2\r\nx", 32},
+		{"VALUE a 0 x\r\nabc", 0},
+		{"VALUE a 0 3\r\nabc\r\nSTORED\r\n", 18},
+		{"VA 5 t\r\nhel", 11},
+		{"VA x\r\nhel", 0},
+		{"STOR", 0},
+		{"SERVER_ERROR out of mem", 0},
+	}
+	for _, c := range cases {
+		if got, _ := ReplyStreamable([]byte(c.in)); got != c.n {
+			t.Errorf("%q: %d, want %d", c.in, got, c.n)
+		}
+	}
+	bin := []byte{0x81, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 'a', 'b'}
+	for cut, want := range map[int]int{0: 0, 23: 0, 24: 24, 25: 25, 26: 26} {
+		if got, _ := ReplyStreamable(bin[:cut]); got != want {
+			t.Errorf("binary, %d bytes: %d, want %d", cut, got, want)
+		}
+	}
+}
+
 func TestNoAllocs(t *testing.T) {
 	var r Request
 	var s Splitter
