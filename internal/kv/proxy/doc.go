@@ -21,6 +21,15 @@
 //	          slot 1 as VALUE a, VALUE c, VALUE b, END (one END);
 //	          then slot 2, slot 3 and slot 4 leave in that order.
 //
+// A reply with a value is not held until it is whole: the Upstream hands
+// out what has surely arrived of it (whole lines, and its data so far)
+// and, while its slot is the first waiting, the Session passes each
+// piece straight on, so a 1 MB value flows to the client while the
+// server is still sending it. A slot behind another keeps its pieces
+// until it is first. A server connection lost in the middle of a reply
+// the client has begun to read closes the client's connection, as the
+// server's own would have.
+//
 // A multi-key ASCII get whose keys live on several servers is split per
 // server (memcache.Splitter) and merged back into one reply ending in a
 // single END; the values come grouped by server, in the order of each

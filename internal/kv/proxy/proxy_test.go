@@ -252,16 +252,83 @@ func TestReaderPicksReads(t *testing.T) {
 	}
 }
 
-// TestUpstreamBuffered: the bytes of a reply not yet complete are
-// counted, and none once it is.
+// TestUpstreamBuffered: a reply not yet complete to a request sent to
+// stream is handed out as far as it has surely arrived (its whole lines, its data so far), what is left
+// is counted as buffered, and the piece that completes it holds its END.
 func TestUpstreamBuffered(t *testing.T) {
 	u := &Upstream{}
-	u.Append(nil, Send{Buf: []byte("get a\r\n")})
-	if _, err := u.Feed([]byte("VALUE a 0 3\r\nab")); err != nil || u.Buffered() != 15 {
-		t.Fatalf("buffered %d, err %v", u.Buffered(), err)
+	u.Append(nil, Send{Buf: []byte("get a\r\n"), Stream: true})
+	dels, err := u.Feed([]byte("VALUE a 0 3"))
+	if err != nil || u.Buffered() != 11 || len(dels) != 0 {
+		t.Fatalf("a partial line: buffered %d, deliveries %+v, err %v", u.Buffered(), dels, err)
 	}
-	if dels, err := u.Feed([]byte("c\r\nEND\r\n")); err != nil || u.Buffered() != 0 || len(dels) != 1 || !dels[0].Done {
-		t.Fatalf("buffered %d, deliveries %+v, err %v", u.Buffered(), dels, err)
+	dels, err = u.Feed([]byte("\r\nab"))
+	if err != nil || u.Buffered() != 0 || len(dels) != 1 || dels[0].Done || string(dels[0].Piece) != "VALUE a 0 3\r\nab" || dels[0].Kind != memcache.ReplyValues {
+		t.Fatalf("a partial block: buffered %d, deliveries %+v, err %v", u.Buffered(), dels, err)
+	}
+	dels, err = u.Feed([]byte("c\r\nEN"))
+	if err != nil || u.Buffered() != 2 || len(dels) != 1 || dels[0].Done || string(dels[0].Piece) != "c\r\n" {
+		t.Fatalf("the block's end: buffered %d, deliveries %+v, err %v", u.Buffered(), dels, err)
+	}
+	dels, err = u.Feed([]byte("D\r\nSTORED\r\n"))
+	if err == nil || len(dels) != 1 || !dels[0].Done || string(dels[0].Piece) != "END\r\n" {
+		t.Fatalf("the end: deliveries %+v, err %v (and a reply nobody asked for)", dels, err)
+	}
+}
+
+// TestLargeReplyStreams: a large value goes to the client as it arrives
+// when its request is the first waiting; behind an earlier request it
+// waits, and follows as soon as that one is answered, in order; a split
+// get's part is merged only once whole, so data that looks like an END
+// is not cut off.
+func TestLargeReplyStreams(t *testing.T) {
+	n := newNet(t)
+	n.feed("get 1a\r\nget 2b\r\n")
+	n.reply(1, false, "VALUE 1a 0 10\r\nabcd")
+	if got := n.out(); got != "VALUE 1a 0 10\r\nabcd" {
+		t.Fatalf("the first reply's start: %q", got)
+	}
+	n.reply(2, false, "VALUE 2b 0 4\r\nw")
+	if got := n.out(); got != "" {
+		t.Fatalf("the second reply overtook the first: %q", got)
+	}
+	n.reply(1, false, "efghij\r\nEND\r\n")
+	if got, want := n.out(), "efghij\r\nEND\r\nVALUE 2b 0 4\r\nw"; got != want {
+		t.Fatalf("replies %q, want %q", got, want)
+	}
+	n.reply(2, false, "xyz\r\nEND\r\n")
+	if got, want := n.out(), "xyz\r\nEND\r\n"; got != want {
+		t.Fatalf("the second reply's end %q, want %q", got, want)
+	}
+
+	n.feed("get 1c 2d\r\n")
+	n.reply(1, false, "VALUE 1c 0 9\r\nabEND\r\n")
+	n.reply(2, false, "VALUE 2d 0 1\r\nz\r\nEND\r\n")
+	if got := n.out(); got != "" {
+		t.Fatalf("a partial merge left: %q", got)
+	}
+	n.reply(1, false, "cd\r\nEND\r\n")
+	if got, want := n.out(), "VALUE 2d 0 1\r\nz\r\nVALUE 1c 0 9\r\nabEND\r\ncd\r\nEND\r\n"; got != want {
+		t.Fatalf("merged %q, want %q", got, want)
+	}
+	if n.s.Waiting() != 0 || n.s.held != 0 {
+		t.Fatalf("%d slots and %d bytes left", n.s.Waiting(), n.s.held)
+	}
+}
+
+// TestStreamedReplyCut: a server connection lost in the middle of a reply
+// the client has already begun to read closes the client's connection
+// instead of answering SERVER_ERROR inside the value.
+func TestStreamedReplyCut(t *testing.T) {
+	n := newNet(t)
+	n.feed("get 1a\r\n")
+	n.reply(1, false, "VALUE 1a 0 10\r\nabcd")
+	n.out()
+	for _, tok := range n.ups[[2]int{1, 0}].Abandon() {
+		tok.S.Fail(tok)
+	}
+	if got := n.out(); got != "" || !n.s.Closed() {
+		t.Fatalf("after the cut: %q, closed %v", got, n.s.Closed())
 	}
 }
 
@@ -442,5 +509,79 @@ func TestUpstreamBroken(t *testing.T) {
 	u.Append(nil, sends[0])
 	if _, err := u.Feed([]byte(binResp(memcache.OpNoop, 0, 1, ""))); err != ErrReply {
 		t.Fatalf("binary on a text connection: %v", err)
+	}
+}
+
+// hedge sends the read of the slot tok names to server srv as well, as
+// the shell does when it has waited long enough.
+func (n *net) hedge(tok Token, srv int, req string) {
+	if !n.s.Unanswered(tok) {
+		n.t.Fatalf("slot %d is not an unanswered read", tok.Seq)
+	}
+	h := n.s.Hedge(tok)
+	k := [2]int{srv, 0}
+	if n.ups[k] == nil {
+		n.ups[k], n.sent[k] = &Upstream{}, &bytes.Buffer{}
+	}
+	n.sent[k].Write(n.ups[k].Append(nil, Send{Server: srv, Read: true, Stream: true, Buf: []byte(req), Token: h}))
+}
+
+// TestHedgedRead: a read hedged to a second server is answered by the
+// first copy to reply; the other copy's reply is dropped, a failure of
+// one copy leaves the other to answer, and only both failing gives
+// SERVER_ERROR. A read with some reply already is not hedged.
+func TestHedgedRead(t *testing.T) {
+	n := newNet(t)
+	n.feed("get 1a\r\nget 1b\r\nget 1c\r\nget 1d\r\n")
+	tok := func(seq uint64) Token { return Token{S: n.s, Seq: seq} }
+	n.hedge(tok(0), 2, "get 1a\r\n")
+	n.hedge(tok(1), 2, "get 1b\r\n")
+	n.hedge(tok(2), 2, "get 1c\r\n")
+	if n.s.Unanswered(tok(0)) || n.s.Stats.Hedged != 3 {
+		t.Fatalf("a hedged read is still unanswered, or %d hedges counted", n.s.Stats.Hedged)
+	}
+	// 1a: the hedge answers first; the primary's reply comes later.
+	n.reply(2, false, "VALUE 1a 0 1\r\nH\r\nEND\r\n")
+	if got := n.out(); got != "VALUE 1a 0 1\r\nH\r\nEND\r\n" {
+		t.Fatalf("1a: %q", got)
+	}
+	n.reply(1, false, "VALUE 1a 0 1\r\nP\r\nEND\r\n")
+	// 1b: the primary's connection fails; the hedge answers.
+	// 1c: both copies fail.
+	for _, tk := range n.ups[[2]int{1, 0}].Abandon() {
+		tk.S.Fail(tk)
+	}
+	if got := n.out(); got != "" {
+		t.Fatalf("a failed primary answered a hedged read: %q", got)
+	}
+	n.reply(2, false, "VALUE 1b 0 1\r\nH\r\nEND\r\n")
+	if got := n.out(); got != "VALUE 1b 0 1\r\nH\r\nEND\r\n" {
+		t.Fatalf("1b: %q", got)
+	}
+	for _, tk := range n.ups[[2]int{2, 0}].Abandon() {
+		tk.S.Fail(tk)
+	}
+	if got := n.out(); got != serverErrorText+serverErrorText {
+		t.Fatalf("1c and 1d: %q", got)
+	}
+	if n.s.Waiting() != 0 || n.s.Stats.Failed != 2 {
+		t.Fatalf("%d slots left, %d failed", n.s.Waiting(), n.s.Stats.Failed)
+	}
+	n.feed("get 1e\r\n")
+	n.reply(1, false, "VALUE 1e 0 3\r\nx")
+	if n.s.Unanswered(tok(4)) {
+		t.Fatal("a read whose reply has begun counts as unanswered")
+	}
+	n.reply(1, false, "yz\r\nEND\r\n")
+	n.out()
+	// 1f: the hedge's reply begins first; the primary's whole reply,
+	// arriving in the middle of it, is dropped.
+	n.feed("get 1f\r\n")
+	n.hedge(tok(5), 2, "get 1f\r\n")
+	n.reply(2, false, "VALUE 1f 0 4\r\nHH")
+	n.reply(1, false, "VALUE 1f 0 4\r\nPPPP\r\nEND\r\n")
+	n.reply(2, false, "HH\r\nEND\r\n")
+	if got := n.out(); got != "VALUE 1f 0 4\r\nHHHH\r\nEND\r\n" {
+		t.Fatalf("1f: %q", got)
 	}
 }

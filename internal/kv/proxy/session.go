@@ -60,6 +60,10 @@ type Send struct {
 	// Read marks a request with keys that changes nothing (a get): the
 	// shell may time its reply for the Reader.
 	Read bool
+	// Stream marks a request whose reply is the client's as it comes
+	// (one server's, not merged with others): the Upstream hands it out
+	// piece by piece before it is whole.
+	Stream bool
 	// Buf is the request, valid until the next call of Feed.
 	Buf   []byte
 	Token Token
@@ -85,6 +89,15 @@ type slot struct {
 	opaque uint32
 	quiet  bool
 	failed bool
+	// streamed is set once part of the reply has gone to the client
+	// before all of it arrived: a failure can then only close the
+	// connection.
+	streamed bool
+	answered bool // some reply bytes came for it
+	// race is set for a read hedged to a second server (Hedge): the
+	// first copy to answer, winner-1, is the client's.
+	race   bool
+	winner int
 }
 
 // Session is the state of one client connection. It is not safe for
@@ -120,6 +133,7 @@ type Stats struct {
 	Local    uint64 // requests answered by the session (mn, noop, quit)
 	NoServer uint64 // requests with no usable server
 	Failed   uint64 // replies lost with a server connection
+	Hedged   uint64 // reads hedged to a second server
 }
 
 // Feed appends data from the client and parses every complete request it
@@ -218,7 +232,7 @@ func (s *Session) next(r Router) bool {
 	}
 	sl.parts, sl.fanout = 1+len(s.reps), len(s.reps) > 0
 	tok := s.push(sl)
-	snd := Send{Server: o, Binary: q.Protocol == memcache.Binary, Quiet: q.Quiet, Read: read, Buf: req, Token: tok}
+	snd := Send{Server: o, Binary: q.Protocol == memcache.Binary, Quiet: q.Quiet, Read: read, Stream: !sl.fanout, Buf: req, Token: tok}
 	s.sends = append(s.sends, snd)
 	for i, rep := range s.reps {
 		snd.Server, snd.Token.Part = rep, i+1
@@ -267,7 +281,7 @@ func (s *Session) splitGet(q *memcache.Request, sl slot, r Router) bool {
 	if len(parts) == 1 {
 		sl.parts = 1
 		tok := s.push(sl)
-		s.sends = append(s.sends, Send{Server: parts[0].Server, Read: read, Buf: parts[0].Buf, Token: tok})
+		s.sends = append(s.sends, Send{Server: parts[0].Server, Read: read, Stream: true, Buf: parts[0].Buf, Token: tok})
 		return true
 	}
 	s.Stats.Split++
@@ -352,17 +366,36 @@ func (s *Session) Reply(tok Token, piece []byte, kind memcache.ReplyKind, done b
 	if sl == nil || sl.parts == 0 {
 		return
 	}
+	sl.answered = true
+	if sl.race {
+		if sl.winner == 0 {
+			sl.winner = tok.Part + 1
+		}
+		if sl.winner != tok.Part+1 {
+			return // the slower copy of a hedged read
+		}
+		if done {
+			sl.parts = 1 // the other copy's reply is not awaited
+		}
+	}
 	switch {
 	case sl.fanout && tok.Part != 0:
 		// Another replica's reply to a write: counted, not the client's.
-	case !sl.merge && !sl.fanout && sl == &s.slots[s.first] && !s.closed:
+	case sl.streams() && sl == &s.slots[s.first]:
 		// The first slot waiting: its reply goes out as it comes.
-		s.out = append(s.out, piece...)
+		if !s.closed {
+			s.out = append(s.out, piece...)
+			sl.streamed = sl.streamed || !done
+		}
 	case !sl.merge:
 		sl.buf = append(sl.buf, piece...)
 		s.held += len(piece)
 	case kind == memcache.ReplyValues || string(piece) == "END\r\n":
-		v := memcache.TrimEnd(piece)
+		// Only a server's last piece holds its END (memcache.ReplyStreamable).
+		v := piece
+		if done {
+			v = memcache.TrimEnd(piece)
+		}
 		sl.buf = append(sl.buf, v...)
 		s.held += len(v)
 	case sl.errBuf == nil:
@@ -382,10 +415,45 @@ func (s *Session) Fail(tok Token) {
 	if sl == nil || sl.parts == 0 {
 		return
 	}
+	if sl.race {
+		switch sl.winner {
+		case 0:
+			if sl.parts > 1 {
+				sl.parts-- // the other copy may still answer
+				return
+			}
+		case tok.Part + 1:
+			sl.parts = 1
+		default:
+			return // the slower copy's connection
+		}
+	}
 	s.Stats.Failed++
 	sl.failed = true
 	sl.parts--
 	s.flush()
+}
+
+// Unanswered reports whether the slot tok names waits for a read sent to
+// one server, of which nothing has come yet: the shell may hedge it.
+func (s *Session) Unanswered(tok Token) bool {
+	sl := s.slot(tok)
+	return sl != nil && tok.Part == 0 && sl.parts == 1 && sl.streams() && !sl.answered && !sl.race
+}
+
+// Hedge makes the slot tok names (Unanswered) wait for either of two
+// copies of its read, tok's and the one with the token it returns: the
+// first copy to answer is the client's, the other's reply is dropped,
+// and the slot fails only if both do.
+func (s *Session) Hedge(tok Token) Token {
+	sl := s.slot(tok)
+	if sl == nil || sl.race {
+		panic("proxy: Hedge of a slot that is not Unanswered")
+	}
+	s.Stats.Hedged++
+	sl.race, sl.parts = true, 2
+	tok.Part = 1
+	return tok
 }
 
 // slot returns the slot of tok, or nil.
@@ -396,11 +464,19 @@ func (s *Session) slot(tok Token) *slot {
 	return &s.slots[s.first+int(tok.Seq-s.head)]
 }
 
-// flush moves the complete replies at the head of the queue to out.
+// streams reports whether the slot's reply may go to the client piece by
+// piece once it is the first waiting: it is one server's reply, as it
+// comes.
+func (sl *slot) streams() bool { return !sl.merge && !sl.fanout }
+
+// flush moves the complete replies at the head of the queue to out, and
+// what has arrived of the next one when it streams.
 func (s *Session) flush() {
 	for s.Waiting() > 0 && s.slots[s.first].parts == 0 && !s.closed {
 		sl := &s.slots[s.first]
 		switch {
+		case sl.failed && sl.streamed:
+			s.closed = true // the client has part of a reply: cut it off
 		case sl.failed:
 			s.out = serverError(s.out, sl)
 		case sl.merge && sl.errBuf != nil:
@@ -417,6 +493,13 @@ func (s *Session) flush() {
 		s.slots[s.first] = slot{}
 		s.first++
 		s.head++
+	}
+	if s.Waiting() > 0 && !s.closed {
+		if sl := &s.slots[s.first]; sl.streams() && len(sl.buf) > 0 {
+			s.out = append(s.out, sl.buf...)
+			s.held -= len(sl.buf)
+			sl.buf, sl.streamed = sl.buf[:0], true
+		}
 	}
 	switch {
 	case s.first == len(s.slots):

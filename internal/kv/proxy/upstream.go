@@ -44,8 +44,9 @@ type Delivery struct {
 
 // waiting is a request an Upstream sent and whose reply it expects.
 type waiting struct {
-	tok   Token
-	quiet bool
+	tok    Token
+	quiet  bool
+	stream bool
 }
 
 // Upstream is the state of one pooled connection to a server: the
@@ -57,6 +58,9 @@ type Upstream struct {
 	first  int
 	in     []byte
 	inOff  int
+	// passed is how many bytes of the reply at in[inOff:] were already
+	// handed out as pieces before it was complete.
+	passed int
 	dels   []Delivery
 }
 
@@ -73,19 +77,25 @@ func (u *Upstream) Append(dst []byte, snd Send) []byte {
 			dst = append(dst, textSentinel...)
 		}
 	}
-	u.wait = append(u.wait, waiting{tok: snd.Token, quiet: snd.Quiet})
+	u.wait = append(u.wait, waiting{tok: snd.Token, quiet: snd.Quiet, stream: snd.Stream})
 	return dst
 }
 
 // Waiting returns the number of requests waiting for their reply.
 func (u *Upstream) Waiting() int { return len(u.wait) - u.first }
 
-// Buffered returns the bytes received that do not complete a reply yet.
-func (u *Upstream) Buffered() int { return len(u.in) - u.inOff }
+// Buffered returns the bytes received that neither complete a reply nor
+// were handed out as a piece of one.
+func (u *Upstream) Buffered() int { return len(u.in) - u.inOff - u.passed }
 
 // Feed takes bytes from the server and returns the pieces of reply they
-// complete. ErrReply means the stream is broken: the shell closes the
-// connection and calls Abandon.
+// complete. A reply still incomplete to a request sent to Stream is
+// handed out, as a piece that is not Done, as far as it has surely
+// arrived (memcache.ReplyStreamable: its
+// whole lines and the data of its blocks so far), so that a large value
+// flows on to the client while the server is still sending it; its
+// last piece is Done and holds its last line. ErrReply means the stream
+// is broken: the shell closes the connection and calls Abandon.
 func (u *Upstream) Feed(data []byte) ([]Delivery, error) {
 	u.dels = u.dels[:0]
 	if u.inOff > 0 {
@@ -100,6 +110,7 @@ func (u *Upstream) Feed(data []byte) ([]Delivery, error) {
 			if len(buf) > MaxReply {
 				return u.dels, ErrReply
 			}
+			u.pass(buf)
 			break
 		}
 		if err != nil || u.Waiting() == 0 || !u.familyOK(buf) {
@@ -107,7 +118,8 @@ func (u *Upstream) Feed(data []byte) ([]Delivery, error) {
 		}
 		u.inOff += n
 		w := u.wait[u.first]
-		reply := buf[:n]
+		reply := buf[u.passed:n]
+		u.passed = 0
 		if w.quiet && u.isSentinel(reply, kind) {
 			u.dels = append(u.dels, Delivery{Token: w.tok, Done: true})
 			u.pop()
@@ -119,6 +131,21 @@ func (u *Upstream) Feed(data []byte) ([]Delivery, error) {
 		}
 	}
 	return u.dels, nil
+}
+
+// pass hands out what has surely arrived of the incomplete reply at the
+// head of buf and was not handed out yet, as a piece that is not Done,
+// when its request was sent to Stream.
+func (u *Upstream) pass(buf []byte) {
+	if u.Waiting() == 0 || !u.wait[u.first].stream || !u.familyOK(buf) {
+		return // Feed refuses the stream once it frames the reply
+	}
+	n, kind := memcache.ReplyStreamable(buf)
+	if n <= u.passed {
+		return
+	}
+	u.dels = append(u.dels, Delivery{Token: u.wait[u.first].tok, Piece: buf[u.passed:n], Kind: kind})
+	u.passed = n
 }
 
 // familyOK reports whether a reply is of the connection's protocol.
@@ -155,6 +182,6 @@ func (u *Upstream) Abandon() []Token {
 		toks = append(toks, w.tok)
 	}
 	u.wait, u.first = nil, 0
-	u.in, u.inOff = nil, 0
+	u.in, u.inOff, u.passed = nil, 0, 0
 	return toks
 }

@@ -52,10 +52,7 @@ func (p *Pool) ChooseRead(key []byte, now int64) ReadChoice {
 	defer rs.mu.Unlock()
 	p.syncChooser(sh)
 	c := sh.chooser
-	size, ok := rs.sizeOf(rc.Hash)
-	if !ok {
-		size = c.TypicalSize()
-	}
+	size := p.readSize(c, rc.Hash)
 	rc.Size = size
 	d := c.Choose(size, now)
 	if d.Primary >= 0 {
@@ -80,17 +77,33 @@ func (p *Pool) chooserOf(j int) (*replica.Chooser, int) {
 	return p.Shards[s.Shard].chooser, s.Replica
 }
 
+// ReadCopy says why a read was written to a server.
+type ReadCopy uint8
+
+// The copies of a read.
+const (
+	// ReadChosen goes to the replica the chooser picked for the read.
+	ReadChosen ReadCopy = iota
+	// ReadExplore keeps another replica's estimate fresh; its reply only
+	// feeds the chooser.
+	ReadExplore
+	// ReadHedge goes to the next best replica of a read still
+	// unanswered (HedgeRead).
+	ReadHedge
+)
+
 // ReadSent records a read written to server j: counted as outstanding
-// at the server until ObserveRead or GiveUpRead, and, unless it is an
-// exploring copy, counted by where the server is.
-func (p *Pool) ReadSent(j int, explore bool) {
+// at the server until ObserveRead or GiveUpRead, and, for the chosen
+// copy, counted by where the server is.
+func (p *Pool) ReadSent(j int, why ReadCopy) {
 	c, k := p.chooserOf(j)
 	if c == nil {
 		return
 	}
-	if explore {
+	switch why {
+	case ReadExplore:
 		p.Stats.Explorations.Add(1)
-	} else {
+	case ReadChosen:
 		p.countRead(p.Servers[j])
 	}
 	p.rep.mu.Lock()
@@ -130,3 +143,50 @@ func (p *Pool) GiveUpRead(j int) {
 
 // KeyHash is the hash ReadChoice.Hash and ObserveRead use for a key.
 func KeyHash(key []byte) uint32 { return keyHash(key) }
+
+// ReadHedgeAfter returns how long after writing a read of the key with
+// hash h to server j it is hedged if nothing of its reply has come by
+// then: the replica's p95 fetch time for the value's size
+// (replica.Chooser.HedgeAfter). ok is false when the pool does not
+// hedge, j's shard has one replica, or j has no samples of that size yet.
+func (p *Pool) ReadHedgeAfter(j int, h uint32) (wait int64, ok bool) {
+	c, k := p.chooserOf(j)
+	if c == nil || !p.Hedge {
+		return 0, false
+	}
+	p.rep.mu.Lock()
+	defer p.rep.mu.Unlock()
+	return c.HedgeAfter(k, p.readSize(c, h))
+}
+
+// HedgeRead returns the server to which a read of the key with hash h,
+// first written to server j and still unanswered, is hedged now: the
+// best other usable replica of j's shard, when the pool's hedge budget
+// has a token left (at most replica.Params.HedgeShare extra reads); -1
+// otherwise. The caller writes the copy and calls ReadSent(…, ReadHedge).
+func (p *Pool) HedgeRead(j int, h uint32) int {
+	if c, _ := p.chooserOf(j); c == nil || !p.Hedge {
+		return -1
+	}
+	sh := p.Shards[p.Servers[j].Shard]
+	p.rep.mu.Lock()
+	defer p.rep.mu.Unlock()
+	p.syncChooser(sh)
+	c := sh.chooser
+	t := c.Hedge(p.readSize(c, h), p.Servers[j].Replica, -1)
+	if t < 0 {
+		return -1
+	}
+	p.Stats.HedgesSent.Add(1)
+	return sh.Replicas[t]
+}
+
+// readSize returns the value size to predict a read of the key with hash
+// h by: the key's last seen, else the pool's typical one. The caller
+// holds p.rep.mu.
+func (p *Pool) readSize(c *replica.Chooser, h uint32) int {
+	if size, ok := p.rep.sizeOf(h); ok {
+		return size
+	}
+	return c.TypicalSize()
+}

@@ -22,7 +22,11 @@ func tcpReads(p *Pool, key string, start, d int64, n int, svc []int64, size int)
 			if j < 0 {
 				continue
 			}
-			p.ReadSent(j, j == rc.Explore)
+			why := ReadChosen
+			if j == rc.Explore {
+				why = ReadExplore
+			}
+			p.ReadSent(j, why)
 			done := now + p.Servers[j].PathRTT() + svc[j]
 			p.ObserveRead(j, rc.Hash, replica.Reply{Sent: now, First: done, Last: done, Bytes: size, FirstBytes: size, Dgms: 1}, done)
 		}
@@ -74,8 +78,8 @@ func TestTCPReadOutstanding(t *testing.T) {
 	p := tb.pools[0]
 	key := keyOnShard(t, tb, 0, 0)
 	rc := p.ChooseRead([]byte(key), 1e9)
-	p.ReadSent(rc.Server, false)
-	p.ReadSent(rc.Server, false)
+	p.ReadSent(rc.Server, ReadChosen)
+	p.ReadSent(rc.Server, ReadChosen)
 	k := p.Servers[rc.Server].Replica
 	if w := p.Why([]byte(key), 1e9); w.Replicas[k].Outstanding != 2 {
 		t.Fatalf("outstanding %d, want 2", w.Replicas[k].Outstanding)
@@ -91,5 +95,45 @@ func TestTCPReadOutstanding(t *testing.T) {
 	p.Servers[3].SetDown(true)
 	if rc := p.ChooseRead([]byte(one), 1e9); rc.Server == 3 {
 		t.Fatalf("a down server chosen: %+v", rc)
+	}
+}
+
+// TestTCPReadHedge: once the chosen replica has samples, a read of it is
+// hedged after its p95 (at least the minimum wait) to the best other
+// replica, within the pool's hedge budget; a pool that does not hedge,
+// or a shard of one replica, never is.
+func TestTCPReadHedge(t *testing.T) {
+	tb := repTable(t, replica.Predicted)
+	p := tb.pools[0]
+	p.Hedge = true
+	key := keyOnShard(t, tb, 0, 0)
+	h := KeyHash([]byte(key))
+	svc := []int64{20 * ms, ms / 5, ms / 5, 0}
+	tcpReads(p, key, 1e9, 10*ms, 200, svc, 1000)
+	wait, ok := p.ReadHedgeAfter(1, h)
+	if !ok || wait < replica.DefaultParams().MinHedgeDelay || wait > 20*ms {
+		t.Fatalf("hedge after %d ns (ok %v): want B's p95, a few ms", wait, ok)
+	}
+	sent := p.Stats.HedgesSent.Load()
+	if j := p.HedgeRead(1, h); j != 0 {
+		t.Fatalf("hedged to %d, want the next best replica, the local disk (0)", j)
+	}
+	if p.Stats.HedgesSent.Load() != sent+1 {
+		t.Fatalf("hedges sent %d, want %d", p.Stats.HedgesSent.Load(), sent+1)
+	}
+	n := 0
+	for p.HedgeRead(1, h) >= 0 && n < 100 {
+		n++
+	}
+	if n >= 100 {
+		t.Fatal("the hedge budget never ran out")
+	}
+	p.Hedge = false
+	if _, ok := p.ReadHedgeAfter(1, h); ok || p.HedgeRead(1, h) >= 0 {
+		t.Fatal("a pool that does not hedge hedged")
+	}
+	p.Hedge = true
+	if _, ok := p.ReadHedgeAfter(3, KeyHash([]byte(keyOnShard(t, tb, 1, 0)))); ok {
+		t.Fatal("a shard of one replica hedged")
 	}
 }

@@ -1,6 +1,7 @@
 package tcpterm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -30,9 +31,11 @@ type client struct {
 	done atomic.Bool
 
 	// pinned is the server connection each server's requests of this
-	// client take (used by the reader only): requests of one client to
-	// one server go over one connection, so memcached runs them in the
-	// client's order (a get after a set sees the set).
+	// client take: requests of one client to one server go over one
+	// connection, so memcached runs them in the client's order (a get
+	// after a set sees the set). pmu guards it: the reader and the
+	// hedges dispatch.
+	pmu    sync.Mutex
 	pinned map[upKey]*upConn
 	// pr routes the session's requests (used by the reader only).
 	pr poolRouter
@@ -116,6 +119,7 @@ func (c *client) read(ctx context.Context) {
 		ready := c.s.Pending() > 0 || c.s.Closed()
 		c.mu.Unlock()
 		c.dispatch(ctx, p, sends)
+		c.armHedges(ctx, p, sends)
 		if ready {
 			c.kick() // replies the session made itself (mn, errors)
 		}
@@ -244,6 +248,8 @@ const ReplyTimeout = 5 * time.Second
 // with SERVER_ERROR.
 func (c *client) dispatch(ctx context.Context, p *router.Pool, sends []proxy.Send) {
 	t := c.t
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
 	for len(sends) > 0 {
 		srv := p.Servers[sends[0].Server]
 		key := upKey{vip: p.VIP.Addr(), server: srv.Addr, binary: sends[0].Binary}
@@ -280,6 +286,52 @@ func (c *client) dispatch(ctx context.Context, p *router.Pool, sends []proxy.Sen
 			failTokens(toks)
 		}
 	}
+}
+
+// armHedges arms, for each read of a pool that hedges, a timer at the
+// chosen replica's p95 fetch time: a read of which nothing has come by
+// then is copied to the next best replica (hedge).
+func (c *client) armHedges(ctx context.Context, p *router.Pool, sends []proxy.Send) {
+	if !p.Hedge || !p.Replicated() {
+		return
+	}
+	for _, snd := range sends {
+		if !snd.Read || snd.Token.S == nil || snd.Token.Part != 0 {
+			continue
+		}
+		h := sendHash(snd.Buf)
+		if h == 0 {
+			continue
+		}
+		wait, ok := p.ReadHedgeAfter(snd.Server, h)
+		if !ok {
+			continue
+		}
+		snd.Buf = bytes.Clone(snd.Buf) // the reader reuses its arena
+		time.AfterFunc(time.Duration(wait), func() { c.hedge(ctx, p, snd, h) })
+	}
+}
+
+// hedge sends a copy of a read of which nothing has come yet to the next
+// best replica, when the pool's hedge budget allows; the first copy to
+// answer is the client's (proxy.Session.Hedge).
+func (c *client) hedge(ctx context.Context, p *router.Pool, snd proxy.Send, h uint32) {
+	if c.done.Load() {
+		return
+	}
+	c.mu.Lock()
+	if !c.s.Unanswered(snd.Token) {
+		c.mu.Unlock()
+		return
+	}
+	j := p.HedgeRead(snd.Server, h)
+	if j < 0 {
+		c.mu.Unlock()
+		return
+	}
+	snd.Server, snd.Token = j, c.s.Hedge(snd.Token)
+	c.mu.Unlock()
+	c.dispatch(ctx, p, []proxy.Send{snd})
 }
 
 // upstream returns a pooled connection for key: the least busy one, or a

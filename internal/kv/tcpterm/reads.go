@@ -125,12 +125,20 @@ type reqMeta struct {
 }
 
 // readMeta returns the record of a request sent to server j of p at now,
-// telling the pool of a read (an exploring copy when it has no session).
+// telling the pool of a read (an exploring copy when it has no session,
+// a hedge when it is a second copy).
 func readMeta(p *router.Pool, snd proxy.Send, now int64) reqMeta {
 	if !snd.Read || !p.Replicated() {
 		return reqMeta{}
 	}
-	p.ReadSent(snd.Server, snd.Token.S == nil)
+	why := router.ReadChosen
+	switch {
+	case snd.Token.S == nil:
+		why = router.ReadExplore
+	case snd.Token.Part > 0:
+		why = router.ReadHedge
+	}
+	p.ReadSent(snd.Server, why)
 	return reqMeta{pool: p, server: snd.Server, hash: sendHash(snd.Buf), sent: now}
 }
 

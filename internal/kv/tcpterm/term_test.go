@@ -517,3 +517,72 @@ func TestTerminatorProbes(t *testing.T) {
 		}
 	}
 }
+
+// setDirect stores key=value in server i's memcached, bypassing the
+// router.
+func (s *site) setDirect(i int, key, value string) {
+	s.t.Helper()
+	m, err := net.Dial("tcp4", s.direct[i])
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer m.Close()
+	fmt.Fprintf(m, "set %s 0 0 %d\r\n%s\r\n", key, len(value), value)
+	if l, err := bufio.NewReader(m).ReadString('\n'); err != nil || l != "STORED\r\n" {
+		s.t.Fatalf("set at server %d: %q %v", i, l, err)
+	}
+}
+
+// TestTerminatorHedgesRead: a read over TCP whose chosen replica stalls
+// is copied to the next best replica once the chosen one's p95 has
+// passed, and the copy's reply is the client's; the stalled reply, when
+// it comes, is dropped, so the next read gets its own.
+func TestTerminatorHedgesRead(t *testing.T) {
+	s := newSite(t, Config{ProbeEvery: -1}, true, func(ps *router.PoolSpec) {
+		ps.Shards = []router.ShardSpec{{Weight: 1}}
+		ps.Policy, ps.Hedge = replica.Predicted, true
+		for i := range ps.Servers {
+			ps.Servers[i].Shard = 0
+		}
+	})
+	for i := range servers {
+		s.setDirect(i, "k", fmt.Sprintf("from-%d", i))
+		s.setDirect(i, "j", "other")
+	}
+	c, r := s.dial()
+	get := func(key string) string {
+		fmt.Fprintf(c, "get %s\r\n", key)
+		head := readLine(t, r)
+		v := readLine(t, r)
+		if end := readLine(t, r); !strings.HasPrefix(head, "VALUE "+key+" ") || end != "END\r\n" {
+			t.Fatalf("get %s: %q %q %q", key, head, v, end)
+		}
+		return strings.TrimSuffix(v, "\r\n")
+	}
+	for range 40 {
+		get("k")
+	}
+	p := s.table.Pools()[0]
+	chosen := -1
+	for i, rw := range p.Why([]byte("k"), s.term.cfg.Now()).Replicas {
+		if rw.Chosen {
+			chosen = i
+		}
+	}
+	if chosen < 0 {
+		t.Fatal("no replica chosen")
+	}
+	hedges := p.Stats.HedgesSent.Load()
+	s.lag[chosen].Store(int64(time.Second))
+	if v := get("k"); v == fmt.Sprintf("from-%d", chosen) {
+		t.Fatalf("the stalled replica %d answered: no hedge", chosen)
+	}
+	if p.Stats.HedgesSent.Load() != hedges+1 {
+		t.Fatalf("hedges sent %d, want %d", p.Stats.HedgesSent.Load(), hedges+1)
+	}
+	s.lag[chosen].Store(0)
+	time.Sleep(1200 * time.Millisecond) // the stalled reply arrives
+	if v := get("j"); v != "other" {
+		t.Fatalf("get j after the stalled reply: %q", v)
+	}
+}
