@@ -91,11 +91,11 @@ func (u *Upstream) Buffered() int { return len(u.in) - u.inOff - u.passed }
 // Feed takes bytes from the server and returns the pieces of reply they
 // complete. A reply still incomplete to a request sent to Stream is
 // handed out, as a piece that is not Done, as far as it has surely
-// arrived (memcache.ReplyStreamable: its
-// whole lines and the data of its blocks so far), so that a large value
-// flows on to the client while the server is still sending it; its
-// last piece is Done and holds its last line. ErrReply means the stream
-// is broken: the shell closes the connection and calls Abandon.
+// arrived (memcache.ReplyStreamable: its whole lines and the data of its
+// blocks so far), so that a large value flows on to the client while
+// the server is still sending it; its last piece is Done and holds its
+// last line. ErrReply means the stream is broken: the shell closes the
+// connection and calls Abandon.
 func (u *Upstream) Feed(data []byte) ([]Delivery, error) {
 	u.dels = u.dels[:0]
 	if u.inOff > 0 {
