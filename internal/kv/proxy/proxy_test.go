@@ -86,6 +86,14 @@ func (n *net) sentTo(srv int, binary bool) string {
 
 func (n *net) out() string { return string(n.s.Output()) }
 
+// outIs fails the test unless the replies ready for the client are want.
+func (n *net) outIs(what, want string) {
+	n.t.Helper()
+	if got := n.out(); got != want {
+		n.t.Fatalf("%s: replies %q, want %q", what, got, want)
+	}
+}
+
 func TestPipelineInOrder(t *testing.T) {
 	n := newNet(t)
 	n.feed("get 1a\r\nset 2b 0 0 1\r\nx\r\nmg 1c v\r\nmn\r\n")
@@ -285,32 +293,20 @@ func TestLargeReplyStreams(t *testing.T) {
 	n := newNet(t)
 	n.feed("get 1a\r\nget 2b\r\n")
 	n.reply(1, false, "VALUE 1a 0 10\r\nabcd")
-	if got := n.out(); got != "VALUE 1a 0 10\r\nabcd" {
-		t.Fatalf("the first reply's start: %q", got)
-	}
+	n.outIs("the first reply's start", "VALUE 1a 0 10\r\nabcd")
 	n.reply(2, false, "VALUE 2b 0 4\r\nw")
-	if got := n.out(); got != "" {
-		t.Fatalf("the second reply overtook the first: %q", got)
-	}
+	n.outIs("the second reply before the first ends", "")
 	n.reply(1, false, "efghij\r\nEND\r\n")
-	if got, want := n.out(), "efghij\r\nEND\r\nVALUE 2b 0 4\r\nw"; got != want {
-		t.Fatalf("replies %q, want %q", got, want)
-	}
+	n.outIs("the first reply's end", "efghij\r\nEND\r\nVALUE 2b 0 4\r\nw")
 	n.reply(2, false, "xyz\r\nEND\r\n")
-	if got, want := n.out(), "xyz\r\nEND\r\n"; got != want {
-		t.Fatalf("the second reply's end %q, want %q", got, want)
-	}
+	n.outIs("the second reply's end", "xyz\r\nEND\r\n")
 
 	n.feed("get 1c 2d\r\n")
 	n.reply(1, false, "VALUE 1c 0 9\r\nabEND\r\n")
 	n.reply(2, false, "VALUE 2d 0 1\r\nz\r\nEND\r\n")
-	if got := n.out(); got != "" {
-		t.Fatalf("a partial merge left: %q", got)
-	}
+	n.outIs("a partial merge", "")
 	n.reply(1, false, "cd\r\nEND\r\n")
-	if got, want := n.out(), "VALUE 2d 0 1\r\nz\r\nVALUE 1c 0 9\r\nabEND\r\ncd\r\nEND\r\n"; got != want {
-		t.Fatalf("merged %q, want %q", got, want)
-	}
+	n.outIs("the merge", "VALUE 2d 0 1\r\nz\r\nVALUE 1c 0 9\r\nabEND\r\ncd\r\nEND\r\n")
 	if n.s.Waiting() != 0 || n.s.held != 0 {
 		t.Fatalf("%d slots and %d bytes left", n.s.Waiting(), n.s.held)
 	}
@@ -542,28 +538,20 @@ func TestHedgedRead(t *testing.T) {
 	}
 	// 1a: the hedge answers first; the primary's reply comes later.
 	n.reply(2, false, "VALUE 1a 0 1\r\nH\r\nEND\r\n")
-	if got := n.out(); got != "VALUE 1a 0 1\r\nH\r\nEND\r\n" {
-		t.Fatalf("1a: %q", got)
-	}
+	n.outIs("1a", "VALUE 1a 0 1\r\nH\r\nEND\r\n")
 	n.reply(1, false, "VALUE 1a 0 1\r\nP\r\nEND\r\n")
 	// 1b: the primary's connection fails; the hedge answers.
 	// 1c: both copies fail.
 	for _, tk := range n.ups[[2]int{1, 0}].Abandon() {
 		tk.S.Fail(tk)
 	}
-	if got := n.out(); got != "" {
-		t.Fatalf("a failed primary answered a hedged read: %q", got)
-	}
+	n.outIs("a failed primary", "")
 	n.reply(2, false, "VALUE 1b 0 1\r\nH\r\nEND\r\n")
-	if got := n.out(); got != "VALUE 1b 0 1\r\nH\r\nEND\r\n" {
-		t.Fatalf("1b: %q", got)
-	}
+	n.outIs("1b", "VALUE 1b 0 1\r\nH\r\nEND\r\n")
 	for _, tk := range n.ups[[2]int{2, 0}].Abandon() {
 		tk.S.Fail(tk)
 	}
-	if got := n.out(); got != serverErrorText+serverErrorText {
-		t.Fatalf("1c and 1d: %q", got)
-	}
+	n.outIs("1c and 1d", serverErrorText+serverErrorText)
 	if n.s.Waiting() != 0 || n.s.Stats.Failed != 2 {
 		t.Fatalf("%d slots left, %d failed", n.s.Waiting(), n.s.Stats.Failed)
 	}
@@ -581,7 +569,5 @@ func TestHedgedRead(t *testing.T) {
 	n.reply(2, false, "VALUE 1f 0 4\r\nHH")
 	n.reply(1, false, "VALUE 1f 0 4\r\nPPPP\r\nEND\r\n")
 	n.reply(2, false, "HH\r\nEND\r\n")
-	if got := n.out(); got != "VALUE 1f 0 4\r\nHHHH\r\nEND\r\n" {
-		t.Fatalf("1f: %q", got)
-	}
+	n.outIs("1f", "VALUE 1f 0 4\r\nHHHH\r\nEND\r\n")
 }
