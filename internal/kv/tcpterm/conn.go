@@ -19,6 +19,7 @@ import (
 // sends its requests, and a writer that hands the client its replies.
 type client struct {
 	t    *Terminator
+	ctx  context.Context // the terminator's: ends its dials and hedges
 	conn net.Conn
 	vip  netip.AddrPort
 	from netip.Addr
@@ -119,7 +120,6 @@ func (c *client) read(ctx context.Context) {
 		ready := c.s.Pending() > 0 || c.s.Closed()
 		c.mu.Unlock()
 		c.dispatch(ctx, p, sends)
-		c.armHedges(ctx, p, sends)
 		if ready {
 			c.kick() // replies the session made itself (mn, errors)
 		}
@@ -288,34 +288,27 @@ func (c *client) dispatch(ctx context.Context, p *router.Pool, sends []proxy.Sen
 	}
 }
 
-// armHedges arms, for each read of a pool that hedges, a timer at the
-// chosen replica's p95 fetch time: a read of which nothing has come by
-// then is copied to the next best replica (hedge).
-func (c *client) armHedges(ctx context.Context, p *router.Pool, sends []proxy.Send) {
-	if !p.Hedge || !p.Replicated() {
+// armHedge arms, for a read of a pool that hedges (the key's hash h), a
+// timer at the chosen replica's p95 fetch time: a read of which nothing
+// has come by then is copied to the next best replica (hedge). Only the
+// chosen copy of a client's read is hedged.
+func armHedge(p *router.Pool, snd proxy.Send, h uint32) {
+	if snd.Token.S == nil || snd.Token.Part != 0 || h == 0 {
 		return
 	}
-	for _, snd := range sends {
-		if !snd.Read || snd.Token.S == nil || snd.Token.Part != 0 {
-			continue
-		}
-		h := sendHash(snd.Buf)
-		if h == 0 {
-			continue
-		}
-		wait, ok := p.ReadHedgeAfter(snd.Server, h)
-		if !ok {
-			continue
-		}
-		snd.Buf = bytes.Clone(snd.Buf) // the reader reuses its arena
-		time.AfterFunc(time.Duration(wait), func() { c.hedge(ctx, p, snd, h) })
+	wait, ok := p.ReadHedgeAfter(snd.Server, h)
+	if !ok {
+		return
 	}
+	snd.Buf = bytes.Clone(snd.Buf) // the reader reuses its arena
+	cl := snd.Token.S.Tag.(*client)
+	time.AfterFunc(time.Duration(wait), func() { cl.hedge(p, snd, h) })
 }
 
 // hedge sends a copy of a read of which nothing has come yet to the next
 // best replica, when the pool's hedge budget allows; the first copy to
 // answer is the client's (proxy.Session.Hedge).
-func (c *client) hedge(ctx context.Context, p *router.Pool, snd proxy.Send, h uint32) {
+func (c *client) hedge(p *router.Pool, snd proxy.Send, h uint32) {
 	if c.done.Load() {
 		return
 	}
@@ -331,7 +324,7 @@ func (c *client) hedge(ctx context.Context, p *router.Pool, snd proxy.Send, h ui
 	}
 	snd.Server, snd.Token = j, c.s.Hedge(snd.Token)
 	c.mu.Unlock()
-	c.dispatch(ctx, p, []proxy.Send{snd})
+	c.dispatch(c.ctx, p, []proxy.Send{snd})
 }
 
 // upstream returns a pooled connection for key: the least busy one, or a
@@ -394,8 +387,12 @@ func (c *upConn) send(p *router.Pool, sends []proxy.Send) bool {
 	now := c.t.cfg.Now()
 	for _, s := range sends {
 		c.wbuf = c.u.Append(c.wbuf, s)
-		c.rt.push(readMeta(p, s, now))
+		m := readMeta(p, s, now)
+		c.rt.push(m)
 		c.srv.TCPRequest(now)
+		if m.pool != nil && p.Hedge {
+			armHedge(p, s, m.hash)
+		}
 	}
 	c.mu.Unlock()
 	c.last.Store(time.Now().UnixNano())

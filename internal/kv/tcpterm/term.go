@@ -256,7 +256,7 @@ func (t *Terminator) accept(ctx context.Context, l net.Listener, vip netip.AddrP
 		}
 		t.stats.Accepted.Add(1)
 		t.stats.Active.Add(1)
-		cl := &client{t: t, conn: c, vip: vip, from: from.Addr(), wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+		cl := &client{t: t, ctx: ctx, conn: c, vip: vip, from: from.Addr(), wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
 		cl.s.Tag = cl
 		go cl.write()
 		go func() {
