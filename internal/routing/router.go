@@ -28,6 +28,11 @@ type Config struct {
 	GainFraction float64
 	// Hold is how long a better path must stay better before the switch.
 	Hold time.Duration
+	// CollapseHold replaces Hold, when shorter, while the current path
+	// has collapsed (see collapsed): its estimate already followed a
+	// lasting rise (the filters take a step only once several samples
+	// agree), and every moment on it costs the traffic the rise.
+	CollapseHold time.Duration
 	// NearTieHold is how long a near tie (see holdFor) must last
 	// instead: such a gain is within the noise of two nearly equal paths
 	// of several links each, and the noise of a link's estimate lasts as
@@ -113,6 +118,7 @@ func DefaultConfig() Config {
 		MinGain:      375 * time.Microsecond,
 		GainFraction: 0.015,
 		Hold:         300 * time.Millisecond,
+		CollapseHold: 100 * time.Millisecond,
 		NearTieHold:  6 * time.Second,
 		DirectHold:   30 * time.Second,
 		Settle:       3 * time.Second,
@@ -134,7 +140,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("routing: max hops %d not in 1..%d", c.MaxHops, wire.MaxPath)
 	case c.MinGain < 0 || c.GainFraction < 0 || c.GainFraction >= 1:
 		return errors.New("routing: switching gain must be non-negative and the fraction below 1")
-	case c.Hold < 0 || c.NearTieHold < 0 || c.DirectHold < 0 || c.Settle < 0 || c.MinSwitchInterval < 0 || c.ReturnHold < 0 || c.ReturnWindow < 0 || c.HoldMargin < 0 || c.HoldMargin > time.Millisecond:
+	case c.Hold < 0 || c.CollapseHold < 0 || c.NearTieHold < 0 || c.DirectHold < 0 || c.Settle < 0 || c.MinSwitchInterval < 0 || c.ReturnHold < 0 || c.ReturnWindow < 0 || c.HoldMargin < 0 || c.HoldMargin > time.Millisecond:
 		return errors.New("routing: negative hold, settle, damping or return time, or a hold margin outside 0..1 ms")
 	case c.Weights.Recovery < 0 || c.Weights.LossFloor < 0 || c.Weights.LossFloor > 1 || c.Weights.MaxLoss < 0 || c.Weights.MaxLoss > 1:
 		return errors.New("routing: loss recovery time must be non-negative, and loss floor and max loss in 0..1")
@@ -174,6 +180,7 @@ type dest struct {
 	firstSeen    time.Time
 	pendingHold  time.Duration // how long the pending gain must last
 	pendingSince time.Time     // a better path has been better since then
+	collapsed    bool          // the current path had collapsed at the last selection (collapsed)
 	directSince  time.Time     // the relayed path has not earned its relays since then
 	lastSwitch   time.Time
 	switches     int
@@ -401,16 +408,26 @@ func (r *Router) selectRoute(now time.Time, m *Matrix, id wire.SiteID, bp []wire
 		d.pendingSince = now
 	}
 	d.pendingHold = r.holdFor(gain, bm)
+	d.collapsed = r.collapsed(d, cm)
+	if d.collapsed && d.pendingHold <= r.cfg.Hold {
+		// Not for a near tie, which holds NearTieHold: a collapsed
+		// path that only just lost has not lost much.
+		d.pendingHold = min(d.pendingHold, r.cfg.CollapseHold)
+	}
 	if r.returning(now, d, bp) {
 		d.pendingHold = max(d.pendingHold, r.cfg.ReturnHold)
 	}
 	if now.Sub(d.pendingSince) < d.pendingHold {
 		return Switch{}, false
 	}
-	if r.damped(now, d) {
+	if r.damped(now, d) && !d.collapsed {
 		return Switch{}, false
 	}
-	return r.install(now, d, bp, installDamped, fmt.Sprintf("better by %v for %v", gain.Round(time.Microsecond), now.Sub(d.pendingSince))), true
+	reason := fmt.Sprintf("better by %v for %v", gain.Round(time.Microsecond), now.Sub(d.pendingSince))
+	if d.collapsed {
+		reason = fmt.Sprintf("%s %v above its best: %s", CollapseReason, (cm.Cost - d.bestCost).Round(time.Microsecond), reason)
+	}
+	return r.install(now, d, bp, installDamped, reason), true
 }
 
 // directTie reports whether the relayed path p (metrics pm) to dst gains
@@ -478,6 +495,27 @@ func (r *Router) holdFor(gain time.Duration, best Metrics) time.Duration {
 	return r.cfg.Hold
 }
 
+// collapsed reports whether the current path of d, of metrics cm, got
+// worse than its best since it was installed by far more than estimates
+// move by noise: by CollapseFloor or four switching thresholds, whichever
+// is more. That is an event on the path (a queue filling under a flow,
+// the underlay rerouted), not a flap around a tie, and flap damping does
+// not keep the route on it: the better path is taken after CollapseHold. Going
+// back is what ReturnHold governs, so a load that comes and goes moves
+// the route at most once each way per ReturnHold.
+func (r *Router) collapsed(d *dest, cm Metrics) bool {
+	return cm.Cost-d.bestCost >= max(CollapseFloor, 4*r.threshold(cm))
+}
+
+// CollapseReason starts the reason of a switch away from a collapsed
+// path.
+const CollapseReason = "current path collapsed,"
+
+// CollapseFloor is the least rise of a path's cost that collapsed takes
+// for an event: well above the noise of a settled estimate (tenths of a
+// millisecond under 1 ms of jitter, docs/routing.md).
+const CollapseFloor = 2 * time.Millisecond
+
 // returning reports whether p is a path that d left because it got worse,
 // less than ReturnWindow ago.
 func (r *Router) returning(now time.Time, d *dest, p []wire.SiteID) bool {
@@ -540,7 +578,7 @@ func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, kind installKi
 	if kind == installDamped {
 		d.lastSwitch = now
 	}
-	d.pendingSince, d.directSince = time.Time{}, time.Time{}
+	d.pendingSince, d.directSince, d.collapsed = time.Time{}, time.Time{}, false
 	d.last = s
 	r.dirty = true
 	return s
@@ -554,13 +592,17 @@ func (r *Router) NextDeadline() time.Time {
 		var at time.Time
 		switch {
 		case !d.pendingSince.IsZero():
-			at = d.pendingSince.Add(max(d.pendingHold, r.cfg.Hold))
+			hold := d.pendingHold
+			if hold == 0 {
+				hold = r.cfg.Hold
+			}
+			at = d.pendingSince.Add(hold)
 		case !d.directSince.IsZero():
 			at = d.directSince.Add(r.cfg.DirectHold)
 		default:
 			continue
 		}
-		if r.cfg.MinSwitchInterval > 0 && !d.lastSwitch.IsZero() {
+		if r.cfg.MinSwitchInterval > 0 && !d.lastSwitch.IsZero() && !d.collapsed {
 			at = maxTime(at, d.lastSwitch.Add(r.cfg.MinSwitchInterval))
 		}
 		if t.IsZero() || at.Before(t) {

@@ -650,10 +650,11 @@ func TestSettlingLinksAreNotDamped(t *testing.T) {
 		if rt, ok := r.Table().Lookup(3); !ok || len(rt.Path) != 2 {
 			t.Fatalf("settling %v: path to 3 after 400 ms %+v, want via 2", settling, rt)
 		}
-		// The relay's estimate settles 30 ms higher than first read: the
-		// direct path is now better by 5 ms.
-		sw = r.Update(at(12*time.Second), settleMatrix(40*ms, 35*ms, settling), addrs)
-		sw = append(sw, r.Update(at(12*time.Second+400*ms), settleMatrix(40*ms, 35*ms, settling), addrs)...)
+		// The direct path's estimate falls to 10 ms: it is now better
+		// by 5 ms. (Had the relay's path risen by as much, that would be
+		// a collapse of the current path, which damping never holds.)
+		sw = r.Update(at(12*time.Second), settleMatrix(10*ms, 5*ms, settling), addrs)
+		sw = append(sw, r.Update(at(12*time.Second+400*ms), settleMatrix(10*ms, 5*ms, settling), addrs)...)
 		if moved := len(sw) == 1; moved != settling {
 			t.Errorf("settling %v: the route went back to the direct path within 400 ms: %v; want %v (only a settling link is not damped)", settling, moved, settling)
 		}
@@ -720,5 +721,34 @@ func TestRelayKeptThroughANoisyWindow(t *testing.T) {
 	step(time.Minute)
 	if !slices.Equal(path(r, 3), relay) {
 		t.Fatalf("path %v: left the relay for a 10 s dip of its gain", path(r, 3))
+	}
+}
+
+// TestCollapseIsNotDamped: a route that switched moments ago still leaves
+// a path whose delay jumps (a queue filling), after Hold; a smaller rise,
+// of the kind jitter and near ties give, waits for the damping as before.
+func TestCollapseIsNotDamped(t *testing.T) {
+	cfg := DefaultConfig()
+	for _, c := range []struct {
+		rise   time.Duration
+		leaves bool
+	}{{20 * ms, true}, {CollapseFloor + ms, true}, {CollapseFloor - 100*time.Microsecond, false}} {
+		// Direct 1 -> 3 takes 15.5 ms, via 2 10.1 ms: the route is on
+		// the relay. The direct link gets faster (9 ms): the route
+		// switches to it, which starts the damping.
+		l := newLeonRun(t, 15500*time.Microsecond, "relay")
+		tn, r := l.tn, l.r
+		tn.d[0][2] = 9 * ms
+		l.step(time.Second)
+		if !slices.Equal(path(r, 3), l.direct) {
+			t.Fatalf("path %v, want direct", path(r, 3))
+		}
+		// Within the damping the direct link rises above the relay's
+		// path, by more than the switching threshold in every case.
+		tn.d[0][2] += c.rise
+		l.step(cfg.Hold + 500*ms)
+		if left := slices.Equal(path(r, 3), l.relay); left != c.leaves {
+			t.Errorf("rise %v within the damping: left the path %v, want %v", c.rise, left, c.leaves)
+		}
 	}
 }
