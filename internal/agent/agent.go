@@ -159,6 +159,7 @@ func New(cfg *config.Agent, opt Options) (*Agent, error) {
 	dcfg := datapath.Config{
 		Self: wire.SiteIDFromName(cfg.Site), Conn: a.conn, Ports: a.ports,
 		Control: a.onControl, Now: a.clock.Mono,
+		Wall: func() int64 { return a.clock.Now().UnixNano() },
 	}
 	if a.sec = a.core.Sessions(); a.sec != nil {
 		dcfg.Crypto = a.sec
@@ -364,6 +365,8 @@ func (a *Agent) controlLoop(ctx context.Context) {
 	defer mtuCheck.Stop()
 	feed := time.NewTicker(throughputFeed)
 	defer feed.Stop()
+	inband := time.NewTicker(inbandFeed)
+	defer inband.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -388,6 +391,8 @@ func (a *Agent) controlLoop(ctx context.Context) {
 			a.reportLoops()
 		case <-feed.C:
 			a.feedThroughput()
+		case <-inband.C:
+			a.feedInband()
 		}
 		a.flush()
 		resetTimer(timer, a.core.Wait(a.clock.Now()))

@@ -8,6 +8,7 @@ import (
 	"github.com/detour-overlay/detour/internal/api"
 	"github.com/detour-overlay/detour/internal/control"
 	"github.com/detour-overlay/detour/internal/routing"
+	"github.com/detour-overlay/detour/internal/wire"
 )
 
 // The agent's part in estimating available throughput (docs/throughput.md):
@@ -29,6 +30,22 @@ func (a *Agent) feedThroughput() {
 	for _, c := range a.peerCounts {
 		node.OnDataBytes(now, c.Site, c.Bytes)
 	}
+}
+
+// inbandFeed is how often the data path's in-band samples are fed: their
+// part of the time a loaded link takes to be left.
+const inbandFeed = 20 * time.Millisecond
+
+// feedInband hands the send stamps of the data packets this site was the
+// first receiver of to the control node, which sends them back to their
+// sources as samples of their links (control.Node.OnInband). It runs on
+// the control loop.
+func (a *Agent) feedInband() {
+	now := a.clock.Now()
+	node := a.core.Control()
+	a.engine.Stats().Peers.Stamps(func(site wire.SiteID, rels []uint16) {
+		node.OnInband(now, site, rels)
+	})
 }
 
 func rateKind(r control.RateView) string {

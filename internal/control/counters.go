@@ -63,6 +63,12 @@ type Counters struct {
 	// in milliseconds: time the node was not running, which its failure
 	// detection did not count (see Node.resume).
 	LateWakes, LateWakeMs uint64
+	// InbandReportsSent counts the in-band reports this site sent, as the
+	// first receiver of stamped data packets; InbandUnplaced the stamps
+	// it could not place (no recent probe from their source); and
+	// InbandSamples the samples of its own links it took from the
+	// reports it received (inband.go).
+	InbandReportsSent, InbandUnplaced, InbandSamples uint64
 }
 
 // DroppedByKind returns the non-zero drop counters by name.

@@ -51,6 +51,11 @@ type member struct {
 	// probesIn counts the probes received from the member; replies carry
 	// it so that the member can tell the loss of each direction.
 	probesIn uint32
+	// probeShift is the offset-shifted delay (t2 − t1, ns) of the last
+	// probe from the member, received at probeShiftAt: it places the
+	// member's data stamps (OnInband).
+	probeShift   int64
+	probeShiftAt time.Time
 	// reported is the link last put in this site's own link state: a
 	// probe reply that moves the estimate away from it calls for a
 	// refresh.

@@ -57,6 +57,8 @@ func (n *Node) receive(now, rx time.Time, from netip.AddrPort, pkt []byte) error
 		return n.onLeave(now, pkt)
 	case wire.TypeTrain:
 		return n.onTrain(now, rx, pkt)
+	case wire.TypeInband:
+		return n.onInband(now, pkt)
 	case wire.TypeData:
 		return ErrNotControl
 	}
@@ -111,6 +113,7 @@ func (n *Node) onProbe(now, rx time.Time, from netip.AddrPort, pkt []byte) error
 	}
 	n.heard(now, m)
 	m.probesIn++
+	m.probeShift, m.probeShiftAt = rx.UnixNano()-p.SendTime, now
 	n.onProbeDelay(now, rx, m, p.SendTime)
 	// The reply says when the probe came and when it leaves (about now),
 	// so that the prober takes the time it waited here out of the round

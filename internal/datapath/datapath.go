@@ -66,6 +66,11 @@ type Config struct {
 	Control ControlHandler
 	// Now returns monotonic nanoseconds; it stamps FDB entries.
 	Now func() int64
+	// Wall, when set, returns the wall clock in nanoseconds (the clock
+	// probes are stamped with), and data packets carry send stamps
+	// (wire.DataFlagStamped) from it; received stamps are recorded in
+	// Stats.Peers either way.
+	Wall func() int64
 	// Crypto, when set, seals every data packet and rejects unsealed
 	// ones; nil carries frames in the clear.
 	Crypto Crypto
@@ -98,6 +103,7 @@ type Engine struct {
 	conn    transport.Conn
 	control ControlHandler
 	now     func() int64
+	wall    func() int64
 	crypto  Crypto
 	routes  atomic.Pointer[routesBox]
 	writeMu sync.Mutex // serialises writers of conn
@@ -127,7 +133,7 @@ type Engine struct {
 
 // New returns an engine; Run starts it.
 func New(cfg Config) *Engine {
-	e := &Engine{self: cfg.Self, conn: cfg.Conn, control: cfg.Control, now: cfg.Now, crypto: cfg.Crypto}
+	e := &Engine{self: cfg.Self, conn: cfg.Conn, control: cfg.Control, now: cfg.Now, wall: cfg.Wall, crypto: cfg.Crypto}
 	ports := map[uint32]*Port{}
 	for _, p := range cfg.Ports {
 		ports[p.Network] = p

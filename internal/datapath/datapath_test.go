@@ -58,6 +58,7 @@ func threeSitesOn(t *testing.T, nw *transport.FakeNetwork, crypto func(wire.Site
 			Ports:   []*Port{{Network: testNet, Dev: s.dev, FDB: fdb.New(time.Minute)}},
 			Control: func(_ netip.AddrPort, pkt []byte, _ time.Time) { s.ctl <- append([]byte(nil), pkt...) },
 			Now:     func() int64 { return time.Now().UnixNano() },
+			Wall:    func() int64 { return time.Now().UnixNano() },
 			Crypto:  cryptoFor(crypto, id),
 		})
 		paths := map[wire.SiteID][]wire.SiteID{}

@@ -30,6 +30,7 @@ type egress struct {
 	dests  map[wire.SiteID]*dest
 	hdr    wire.DataHeader
 	now    int64    // when the batch being forwarded was read (monotonic ns)
+	stamp  uint16   // the batch's send stamp, after shaping (wire.StampOf)
 	cache  fdbCache // this batch's forwarding-table answers
 
 	icmp     [1500]byte // an ICMP "packet too big" being sent back
@@ -88,6 +89,25 @@ func (e *Engine) deviceLoop(p *Port) error {
 func (g *egress) begin() {
 	g.msgs, g.nflood = g.msgs[:0], 0
 	g.now, g.cache = g.e.now(), fdbCache{}
+	if g.e.wall != nil {
+		g.stamp = wire.StampOf(g.e.wall())
+	}
+}
+
+// stampIfSteady gives g.hdr the batch's send stamp when the packet to dst
+// on rt will leave at once: not the first to a destination or on a new
+// path, and not held back by a path switch, whose waiting the stamp would
+// measure as delay of the link.
+func (g *egress) stampIfSteady(dst wire.SiteID, rt *routing.Route, f *egressFlow) {
+	if g.e.wall == nil {
+		return
+	}
+	d := g.dests[dst]
+	if d == nil || !d.samePath(rt) || d.hold.deadline() != 0 || (f != nil && f.hold != nil) {
+		return
+	}
+	g.hdr.Flags |= wire.DataFlagStamped
+	g.hdr.Stamp = g.stamp
 }
 
 // shape waits as long as the network's rate limits ask for the batch of n
@@ -278,6 +298,7 @@ func (g *egress) unicast(dst wire.SiteID, i, n int) {
 	if main {
 		g.duplicate(rt, g.frames[i][:n])
 	}
+	g.stampIfSteady(dst, rt, f)
 	start := wire.Headroom - g.frameOffset()
 	if m, ok := g.seal(g.bufs[i][start:], n, hop); ok {
 		g.emit(dst, rt, m, f, main, delay)

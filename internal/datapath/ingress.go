@@ -17,6 +17,7 @@ type ingress struct {
 	msgs    []transport.Message
 	relay   []transport.Message
 	hdr     wire.DataHeader
+	at      time.Time // when the packet being handled was received
 	windows map[flowKey]*seqWindow
 	resets  uint64 // the engine's reset generation last applied
 	kv      router.Inbound
@@ -92,6 +93,7 @@ func (in *ingress) handle(m *transport.Message) {
 		e.stats.DropMalformed.Add(1)
 		return
 	}
+	in.at = m.At
 	if h.Receiver() != e.self {
 		e.stats.DropMisdirected.Add(1)
 		return
@@ -123,6 +125,7 @@ func (in *ingress) deliver(pkt []byte, off int) {
 	// Counted once authentic, so that forged datagrams can neither raise
 	// a link's delivery rate nor take the table's slots.
 	e.stats.Peers.Count(prevHop(h), len(pkt))
+	in.sampleStamp(h.Hop)
 	if len(frame) < 14 {
 		e.stats.DropMalformed.Add(1)
 		return
@@ -160,7 +163,7 @@ func (in *ingress) deliver(pkt []byte, off int) {
 func (in *ingress) forward(m *transport.Message, pkt []byte, off int) {
 	e := in.e
 	h := &in.hdr
-	next, prev := h.Path[h.Hop+1], prevHop(h)
+	next, prev, hop := h.Path[h.Hop+1], prevHop(h), h.Hop
 	addr, ok := e.routes.Load().r.Addr(next)
 	if !ok || next == e.self {
 		e.stats.DropNoRoute.Add(1)
@@ -175,8 +178,20 @@ func (in *ingress) forward(m *transport.Message, pkt []byte, off int) {
 		wire.SetHop(pkt, h.Hop+1)
 	}
 	e.stats.Peers.Count(prev, m.N) // once authentic, as in deliver
+	in.sampleStamp(hop)
 	e.stats.Relayed.Add(1)
 	in.relay = append(in.relay, transport.Message{Buf: m.Buf, N: m.N, Addr: addr})
+}
+
+// sampleStamp records the send stamp of the authentic packet in in.hdr,
+// received at hop index hop, when this site is its first receiver: a
+// sample of the link from its source (wire.DataFlagStamped).
+func (in *ingress) sampleStamp(hop uint8) {
+	h := &in.hdr
+	if hop != 0 || h.Flags&wire.DataFlagStamped == 0 || in.at.IsZero() {
+		return
+	}
+	in.e.stats.Peers.Stamp(h.Source, in.at.UnixNano(), h.Stamp)
 }
 
 // sequence runs the packet in in.hdr through its source's window: it

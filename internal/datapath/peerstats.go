@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/detour-overlay/detour/internal/wire"
 )
@@ -27,15 +28,43 @@ type peerSlot struct {
 	site    atomic.Uint32
 	bytes   atomic.Uint64
 	packets atomic.Uint64
+	// The send stamps of the packets this site is the first receiver of
+	// (see Stamp): a ring of stampRing entries, each the entry's index
+	// plus one in the high 32 bits and the stamp difference in the low
+	// 16, and the index of the next entry. nextStamp spaces the entries.
+	stamps    [stampRing]atomic.Uint64
+	stampHead atomic.Uint32
+	nextStamp atomic.Int64
+	// stampRead is the index of the next entry to read; only the reader
+	// (Stamps) touches it.
+	stampRead uint32
 }
+
+// stampRing is how many in-band samples a slot holds between two reads,
+// and StampSpacing the least time between two samples of one previous
+// hop: a ring is full after 80 ms of traffic, and the reader drains it
+// more often than that.
+const (
+	stampRing    = 16
+	StampSpacing = 5 * time.Millisecond
+)
 
 // peerProbes is how many slots a site's lookup tries.
 const peerProbes = 16
 
 // Count records a data packet of n bytes from previous hop from.
 func (p *PeerStats) Count(from wire.SiteID, n int) {
+	if s := p.slot(from); s != nil {
+		s.bytes.Add(uint64(n))
+		s.packets.Add(1)
+	}
+}
+
+// slot returns the slot of site from, taking a free one if it has none,
+// or nil (counted in Overflow) when the table has no room for it.
+func (p *PeerStats) slot(from wire.SiteID) *peerSlot {
 	if from == 0 {
-		return
+		return nil
 	}
 	h := uint32(from) * 0x9E3779B1
 	for i := range uint32(peerProbes) {
@@ -47,12 +76,63 @@ func (p *PeerStats) Count(from wire.SiteID, n int) {
 			id = s.site.Load()
 		}
 		if id == uint32(from) {
-			s.bytes.Add(uint64(n))
-			s.packets.Add(1)
-			return
+			return s
 		}
 	}
 	p.Overflow.Add(1)
+	return nil
+}
+
+// Stamp records the send stamp of an authentic data packet from site from
+// that this site is the first receiver of, received at rx (wall clock,
+// ns): the difference of the receive and send stamps is a sample of the
+// offset-shifted delay of the link from the source, modulo 2^16 units
+// (see wire.DataFlagStamped). At most one packet per StampSpacing is
+// taken per site. It is for the receive loops, lock-free and free of
+// allocations.
+func (p *PeerStats) Stamp(from wire.SiteID, rx int64, stamp uint16) {
+	s := p.slot(from)
+	if s == nil {
+		return
+	}
+	next := s.nextStamp.Load()
+	if rx < next || !s.nextStamp.CompareAndSwap(next, rx+int64(StampSpacing)) {
+		return
+	}
+	i := s.stampHead.Add(1) - 1
+	s.stamps[i%stampRing].Store(uint64(i+1)<<32 | uint64(wire.StampOf(rx)-stamp))
+}
+
+// Stamps hands fn, for each previous hop with samples recorded since the
+// last call, the stamp differences of those samples, oldest first (at
+// most the newest stampRing; fn must not keep the slice). It is for one
+// reader at a time.
+func (p *PeerStats) Stamps(fn func(site wire.SiteID, rels []uint16)) {
+	var buf [stampRing]uint16
+	for i := range p.slots {
+		s := &p.slots[i]
+		head := s.stampHead.Load()
+		if head == s.stampRead {
+			continue
+		}
+		from := s.stampRead
+		if head-from > stampRing {
+			from = head - stampRing
+		}
+		n := 0
+		for j := from; j != head; j++ {
+			// An entry being written (its index not yet stored) or
+			// already overwritten by a newer one is skipped.
+			if e := s.stamps[j%stampRing].Load(); uint32(e>>32) == j+1 {
+				buf[n] = uint16(e)
+				n++
+			}
+		}
+		s.stampRead = head
+		if n > 0 {
+			fn(wire.SiteID(s.site.Load()), buf[:n])
+		}
+	}
 }
 
 // PeerCount is the total received from one previous hop.

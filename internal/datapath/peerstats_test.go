@@ -2,7 +2,9 @@ package datapath
 
 import (
 	"testing"
+	"time"
 
+	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
@@ -47,4 +49,80 @@ func TestPeerStatsCountDoesNotAllocate(t *testing.T) {
 	if a := testing.AllocsPerRun(1000, func() { p.Count(7, 1400) }); a != 0 {
 		t.Fatalf("%v allocations per count", a)
 	}
+}
+
+// TestStampsSampleTheFirstLink: data packets carry their source's send
+// stamp; the first receiver of each (a relay or the destination) records
+// it as a sample of the link from the source, at most one per
+// StampSpacing, and a later receiver of a relayed packet records none.
+// The receive clock here runs 5 s ahead of the senders'.
+func TestStampsSampleTheFirstLink(t *testing.T) {
+	const offset = 5 * time.Second
+	nw := transport.NewFakeNetwork()
+	nw.Clock = func() time.Time { return time.Now().Add(offset) }
+	a, b, c := threeSitesOn(t, nw, nil)
+	// c and b announce their hosts, so that a sends unicast to them.
+	c.dev.Inject(frame(0xff, 0xc, "c"))
+	expect(t, a, frame(0xff, 0xc, "c"))
+	expect(t, b, frame(0xff, 0xc, "c"))
+	b.dev.Inject(frame(0xff, 0xe, "b"))
+	expect(t, a, frame(0xff, 0xe, "b"))
+	expect(t, c, frame(0xff, 0xe, "b"))
+	drain := func(s *site) map[wire.SiteID][]uint16 {
+		got := map[wire.SiteID][]uint16{}
+		s.eng.Stats().Peers.Stamps(func(id wire.SiteID, rels []uint16) { got[id] = append(got[id], rels...) })
+		return got
+	}
+	drain(b)
+	drain(c)
+	const frames = 4
+	for i := range frames {
+		a.dev.Inject(frame(0xc, 0xa, "to c through b"))
+		expect(t, c, frame(0xc, 0xa, "to c through b"))
+		a.dev.Inject(frame(0xe, 0xa, "to b"))
+		expect(t, b, frame(0xe, 0xa, "to b"))
+		if i < frames-1 {
+			time.Sleep(StampSpacing + time.Millisecond)
+		}
+	}
+	atB, atC := drain(b), drain(c)
+	if n := len(atB[1]); n < frames-1 || n > frames {
+		// The first packet on each path is not stamped; the two packets
+		// of a round come within one spacing, so one of them is taken.
+		t.Fatalf("b took %d samples of the link from a (%v); want %d or %d", n, atB, frames-1, frames)
+	}
+	for _, rel := range atB[1] {
+		if d := time.Duration(wire.UnwrapStamp(int64(offset), rel)) - offset; d < -time.Millisecond || d > 100*time.Millisecond {
+			t.Errorf("sample %v from the 5 s offset; want the fake network's near-zero delay", d)
+		}
+	}
+	if len(atC) != 0 {
+		t.Errorf("c, the second receiver of a's packets, took samples %v", atC)
+	}
+	if again := drain(b); len(again) != 0 {
+		t.Errorf("samples handed out twice: %v", again)
+	}
+}
+
+// TestStampRingKeepsTheNewest: a reader that comes late gets the newest
+// stampRing samples of a site, oldest first, and each sample once.
+func TestStampRingKeepsTheNewest(t *testing.T) {
+	var p PeerStats
+	rx := int64(1_700_000_000_000_000_000)
+	for i := range stampRing + 5 {
+		p.Stamp(7, rx, wire.StampOf(rx)-uint16(i))
+		p.Stamp(7, rx+1, 0) // within the spacing: not taken
+		rx += int64(StampSpacing)
+	}
+	var got []uint16
+	p.Stamps(func(id wire.SiteID, rels []uint16) {
+		if id != 7 {
+			t.Errorf("samples for site %v", id)
+		}
+		got = append(got, rels...)
+	})
+	if len(got) != stampRing || got[0] != 5 || got[stampRing-1] != stampRing+4 {
+		t.Fatalf("read %v; want %d samples, 5 to %d", got, stampRing, stampRing+4)
+	}
+	p.Stamps(func(wire.SiteID, []uint16) { t.Error("samples read twice") })
 }

@@ -50,6 +50,9 @@ type FilterConfig struct {
 	// that jitter alone never triggers it.
 	MinStep      time.Duration
 	SpreadFactor float64
+	// RiseOnly follows steps up only: a fall is followed as the samples
+	// before it age out of the window.
+	RiseOnly bool
 }
 
 // DefaultFilterConfig suits probes every 100 ms.
@@ -67,6 +70,24 @@ func DefaultFilterConfig() FilterConfig {
 type sample struct {
 	at time.Time
 	v  time.Duration
+}
+
+// InbandFilterConfig suits the samples of data packets (measure.Link's
+// AddInband), up to one in 5 ms: a window of 2 s, a rise followed after
+// four samples, a fall only as the window ages. The estimate is the mean
+// of the lowest three quarters: a loaded link's queue saw-tooths, and a
+// drain of a few hundred milliseconds moves it by a fraction of the
+// queue, where the lower half would drop to the drain's level.
+func InbandFilterConfig() FilterConfig {
+	return FilterConfig{
+		Window:       512,
+		MaxAge:       2 * time.Second,
+		LowFraction:  0.75,
+		StepCount:    4,
+		MinStep:      time.Millisecond,
+		SpreadFactor: 2,
+		RiseOnly:     true,
+	}
 }
 
 // Filter is a robust estimator of one series of samples.
@@ -155,7 +176,7 @@ func (f *Filter) detectStep(v time.Duration) {
 	switch {
 	case v > f.est+th:
 		sign = 1
-	case v < f.est-th:
+	case v < f.est-th && !f.cfg.RiseOnly:
 		sign = -1
 	}
 	if sign == 0 || sign != f.runSign {

@@ -55,11 +55,14 @@ type sentProbe struct {
 // Link measures the link to one peer, in both directions, from this
 // site's probes and the peer's replies.
 type Link struct {
-	cfg       Config
-	seq       uint32
-	ring      [ringLen]sentProbe
-	delay     *Filter
-	rtt       *Filter
+	cfg   Config
+	seq   uint32
+	ring  [ringLen]sentProbe
+	delay *Filter
+	rtt   *Filter
+	// inband estimates the delay from the data packets' samples
+	// (AddInband), which Stats takes when it is the higher.
+	inband    *Filter
 	lastReply time.Time
 	replies   uint64
 	// out and back estimate the loss of the outgoing direction (probes)
@@ -83,7 +86,7 @@ type lossRef struct {
 
 // NewLink returns a link with no samples; it is down until a reply arrives.
 func NewLink(cfg Config) *Link {
-	return &Link{cfg: cfg, delay: NewFilter(cfg.Filter), rtt: NewFilter(cfg.Filter),
+	return &Link{cfg: cfg, delay: NewFilter(cfg.Filter), rtt: NewFilter(cfg.Filter), inband: NewFilter(InbandFilterConfig()),
 		out: NewLossWindow(cfg.Loss), back: NewLossWindow(cfg.Loss), downAfter: cfg.DownAfter}
 }
 
@@ -91,6 +94,7 @@ func NewLink(cfg Config) *Link {
 func (l *Link) Reset() {
 	l.delay.Reset()
 	l.rtt.Reset()
+	l.inband.Reset()
 	l.ring = [ringLen]sentProbe{}
 	l.lastReply = time.Time{}
 	l.out.Reset()
@@ -141,6 +145,27 @@ func (l *Link) OnReply(now, rx time.Time, r *wire.ProbeReply) error {
 	l.lastReply = now
 	l.replies++
 	return nil
+}
+
+// AddInband adds samples of the link's offset-shifted delay taken by data
+// packets at the far end (on the scale of the probes' t2 − t1), at now. A
+// link that is down takes none: its probes decide when it is up. It
+// reports whether the samples were taken.
+//
+// The samples have their own filter (InbandFilterConfig), which follows a
+// rise within a few samples and a fall only as its window ages; Stats
+// reports it while it is fresh and higher than the probes' estimate. So a
+// link whose queue fills under traffic is seen at once, and one whose
+// queue saw-tooths under a TCP flow (draining for a moment at each
+// loss) is not taken for idle at every drain.
+func (l *Link) AddInband(now time.Time, delays []int64) bool {
+	if !l.Up(now) {
+		return false
+	}
+	for _, d := range delays {
+		l.inband.Add(now, time.Duration(d))
+	}
+	return true
 }
 
 // countLoss counts the probes and replies lost since the last reference
@@ -215,6 +240,7 @@ func (l *Link) Pause(from, to time.Time) {
 	l.lastReply = Resumed(l.lastReply, from, to)
 	l.delay.Pause(from, to)
 	l.rtt.Pause(from, to)
+	l.inband.Pause(from, to)
 }
 
 // Resumed returns at, the time of a last sign of life, moved on by the
@@ -278,6 +304,9 @@ func (l *Link) Stats(now time.Time) Stats {
 	s.Loss, s.ReturnLoss = l.Loss(now)
 	d, ok1 := l.delay.Estimate(now)
 	r, ok2 := l.rtt.Estimate(now)
+	if in, ok := l.inband.Estimate(now); ok && ok1 && in > d {
+		d = in
+	}
 	if ok1 && ok2 {
 		s.Valid, s.Delay, s.RTT, s.OneWayEstimate = true, d, r, r/2
 		s.MeanDelay, _ = l.delay.Mean(now)

@@ -284,3 +284,50 @@ func TestFilterMeanIncludesQueueing(t *testing.T) {
 		t.Fatalf("estimate %v, want the lower half's mean, 38 ms", est)
 	}
 }
+
+// TestInbandRisesFastFallsSlowly: a link probed every 100 ms and carrying
+// traffic sampled every 5 ms. When its queue fills (+30 ms), the data's
+// samples raise the estimate within a few samples, where the probes alone
+// would take several probes; when the queue drains for 300 ms (a TCP flow
+// backing off), the estimate stays up; once the traffic stops, the probes'
+// estimate is reported again. A link that is down takes no samples.
+func TestInbandRisesFastFallsSlowly(t *testing.T) {
+	const offset = -3 * time.Second
+	ms := time.Millisecond
+	l := NewLink(DefaultConfig())
+	now := t0
+	// run probes every 100 ms and, when traffic is on, adds a sample of
+	// the data every 5 ms, for d at one-way delay owd.
+	run := func(d, owd time.Duration, traffic bool) {
+		for end := now.Add(d); now.Before(end); now = now.Add(5 * ms) {
+			if now.Sub(t0)%(100*ms) == 0 {
+				exchange(l, now, owd, 20*ms, offset, 0)
+			}
+			if traffic && !l.AddInband(now, []int64{int64(offset + owd)}) {
+				t.Fatalf("%v: samples refused on a live link", now.Sub(t0))
+			}
+		}
+	}
+	delay := func() time.Duration { return l.Stats(now).Delay - offset }
+	run(3*time.Second, 20*ms, true)
+	if d := delay(); d != 20*ms {
+		t.Fatalf("idle estimate %v, want 20 ms", d)
+	}
+	run(40*ms, 50*ms, true) // eight samples of the filled queue
+	if d := delay(); d < 45*ms {
+		t.Fatalf("estimate %v 40 ms after the queue filled; want the new 50 ms", d)
+	}
+	run(time.Second, 50*ms, true)
+	run(300*ms, 20*ms, true) // the queue drains for a moment
+	if d := delay(); d < 40*ms {
+		t.Errorf("estimate %v after a 300 ms drain; want it to stay within a third of the queue", d)
+	}
+	run(time.Second, 50*ms, true)
+	run(6*time.Second, 20*ms, false) // the traffic moves away; the probes see the idle link
+	if d := delay(); d != 20*ms {
+		t.Errorf("estimate %v without traffic; want the probes' 20 ms", d)
+	}
+	if l.AddInband(now.Add(time.Second), []int64{int64(offset)}) {
+		t.Error("a link silent for a second took in-band samples")
+	}
+}

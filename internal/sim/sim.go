@@ -130,6 +130,11 @@ type Net struct {
 	Tap func(from, to netip.AddrPort, pkt []byte)
 	// Events counts the events processed.
 	Events int
+	// trafficRng draws the jitter and loss of stamped data (traffic.go)
+	// and stamps holds what each site's data path kept of each source's
+	// stamps, by [receiver, source] index.
+	trafficRng *rand.Rand
+	stamps     map[[2]int]*stampBuf
 }
 
 // Start is the global time every simulation starts at.
@@ -340,6 +345,10 @@ func (n *Net) RunUntil(end time.Time, cond func() bool) bool {
 }
 
 func (n *Net) handle(ev *event) {
+	if ev.call != nil {
+		ev.call()
+		return
+	}
 	s := ev.site
 	if !s.Alive {
 		return
@@ -621,6 +630,9 @@ type event struct {
 	from netip.AddrPort
 	pkt  []byte    // nil for a wake-up
 	rx   time.Time // when a datagram was read (global)
+	// call, when set, is run at the event's time instead (traffic.go);
+	// site is nil then.
+	call func()
 }
 
 func (n *Net) push(ev *event) {

@@ -3,6 +3,7 @@ package transport
 import (
 	"net/netip"
 	"sync"
+	"time"
 )
 
 // FakeNetwork is an in-memory datagram network for tests. Datagrams are
@@ -13,6 +14,9 @@ type FakeNetwork struct {
 	conns map[netip.AddrPort]*FakeConn
 	// Drop, when set, is asked for every datagram; returning true loses it.
 	Drop func(from, to netip.AddrPort, payload []byte) bool
+	// Clock, when set, gives each datagram its receive time
+	// (Message.At) as it is delivered; without it At stays zero.
+	Clock func() time.Time
 }
 
 // NewFakeNetwork returns an empty network.
@@ -23,6 +27,7 @@ func NewFakeNetwork() *FakeNetwork {
 type datagram struct {
 	from netip.AddrPort
 	data []byte
+	at   time.Time
 }
 
 // FakeConn is one endpoint of a FakeNetwork.
@@ -46,13 +51,17 @@ func (n *FakeNetwork) Listen(addr netip.AddrPort) *FakeConn {
 func (n *FakeNetwork) deliver(from, to netip.AddrPort, payload []byte) {
 	n.mu.Lock()
 	dst := n.conns[to]
-	drop := n.Drop
+	drop, clock := n.Drop, n.Clock
 	n.mu.Unlock()
 	if dst == nil || (drop != nil && drop(from, to, payload)) {
 		return
 	}
+	d := datagram{from: from, data: append([]byte(nil), payload...)}
+	if clock != nil {
+		d.at = clock()
+	}
 	select {
-	case dst.in <- datagram{from: from, data: append([]byte(nil), payload...)}:
+	case dst.in <- d:
 	default:
 	}
 }
@@ -68,7 +77,7 @@ func (c *FakeConn) ReadBatch(msgs []Message) (int, error) {
 	n := 0
 	for {
 		msgs[n].N = copy(msgs[n].Buf, d.data)
-		msgs[n].Addr = d.from
+		msgs[n].Addr, msgs[n].At = d.from, d.at
 		n++
 		if n == len(msgs) {
 			return n, nil

@@ -248,6 +248,8 @@ func parseAny(b []byte) error {
 		return ParseLeave(b, new(Leave))
 	case TypeTrain:
 		return ParseTrain(b, new(Train))
+	case TypeInband:
+		return ParseInband(b, new(Inband))
 	}
 	return ErrMalformed
 }
@@ -270,6 +272,9 @@ func FuzzControl(f *testing.F) {
 	f.Add(rated)
 	f.Add(AppendTrainPacket(nil, &Train{Sender: 1, Receiver: 2, ID: 3, Index: 4, Count: 24}, 64))
 	f.Add(AppendTrainReport(nil, &Train{Sender: 2, Receiver: 1, ID: 3, Index: 24, Count: 24, Rate: 200000}))
+	in := Inband{Sender: 2, Receiver: 1, Count: 3, Samples: [MaxInbandSamples]int64{-5e9, -5e9 + 1<<30, -5e9 - 7}}
+	ib, _ := AppendInband(nil, &in)
+	f.Add(ib)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		restamped := append([]byte(nil), b...)
 		if Restamp(restamped, 1<<40) && parseAny(restamped) != parseAny(b) {
@@ -308,6 +313,14 @@ func checkReencode(t *testing.T, b []byte) {
 			t.Fatalf("link state round trip: %v", err)
 		}
 		return
+	case TypeInband:
+		var r Inband
+		ParseInband(b, &r)
+		var err error
+		if out, err = AppendInband(nil, &r); err != nil {
+			t.Fatalf("parsed in-band report does not encode: %v", err)
+		}
+		copy(out[13:16], b[13:16]) // reserved
 	case TypeTrain:
 		var tr Train
 		ParseTrain(b, &tr)

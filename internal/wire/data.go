@@ -10,7 +10,7 @@ package wire
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	|  magic 0xD7   |   version 1   |   type = 1    |    flags      |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//	|   hop index   |  path length  |           reserved            |
+//	|   hop index   |  path length  |     send stamp (see below)    |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	|                         source site ID                        |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
@@ -34,6 +34,17 @@ package wire
 // every site (broadcast, multicast, unknown unicast) is sent as one packet
 // per destination, each along that destination's path, so every site gets
 // it exactly once.
+//
+// The send stamp (flag DataFlagStamped) is the source's clock when it sent
+// the packet, in units of 2^15 ns (32.8 µs), modulo 2^16 (it wraps every
+// 2.1 s). Set by the source, covered by the end-to-end and the first hop's
+// authentication and changed by nobody, it measures one link only: the
+// first receiver of the path (a relay or the destination) takes its own
+// clock, in the same units, less the stamp as a sample of the
+// offset-shifted one-way delay of the link from the source, modulo 2^16
+// (UnwrapStamp recovers the full value near a known one). Receivers that
+// do not read it (sites of earlier versions; the field was reserved)
+// lose nothing.
 
 // MaxPath is the longest path a data packet can carry (relays plus the
 // destination).
@@ -47,7 +58,27 @@ const (
 	// DataFlagDuplicate marks a copy sent on a second path while the first is
 	// in doubt; the destination drops whichever copy arrives second.
 	DataFlagDuplicate uint8 = 1 << 0
+	// DataFlagStamped says that the header carries a send stamp.
+	DataFlagStamped uint8 = 1 << 2
 )
+
+// StampShift converts nanoseconds to the units of a send stamp: a stamp is
+// uint16(ns >> StampShift).
+const StampShift = 15
+
+// StampOf returns the send stamp of a clock reading in nanoseconds.
+func StampOf(ns int64) uint16 { return uint16(ns >> StampShift) }
+
+// UnwrapStamp returns the offset-shifted delay, in nanoseconds, that a
+// stamp difference rel (receive stamp minus send stamp, modulo 2^16)
+// stands for: of the values congruent to rel, the one nearest to near (a
+// delay of the same link known otherwise, such as a probe's t2 − t1).
+// It is exact to one unit (32.8 µs) when the true delay is within 1.07 s
+// of near.
+func UnwrapStamp(near int64, rel uint16) int64 {
+	u := near >> StampShift
+	return (u + int64(int16(rel-uint16(u)))) << StampShift
+}
 
 // DataHeader is the parsed form of a data packet's header.
 type DataHeader struct {
@@ -56,6 +87,8 @@ type DataHeader struct {
 	Source  SiteID
 	Network uint32
 	Seq     uint32
+	// Stamp is the send stamp, meaningful with DataFlagStamped.
+	Stamp   uint16
 	PathLen uint8
 	Path    [MaxPath]SiteID
 }
@@ -78,7 +111,7 @@ func (h *DataHeader) Put(b []byte) int {
 	PutCommon(b, TypeData, h.Flags)
 	b[4] = h.Hop
 	b[5] = h.PathLen
-	b[6], b[7] = 0, 0
+	be.PutUint16(b[6:], h.Stamp)
 	be.PutUint32(b[8:], uint32(h.Source))
 	be.PutUint32(b[12:], h.Network)
 	be.PutUint32(b[16:], h.Seq)
@@ -100,6 +133,7 @@ func ParseData(b []byte, h *DataHeader) (int, error) {
 	h.Flags = b[3]
 	h.Hop = b[4]
 	h.PathLen = b[5]
+	h.Stamp = be.Uint16(b[6:])
 	if h.PathLen == 0 || h.PathLen > MaxPath || h.Hop >= h.PathLen {
 		return 0, ErrMalformed
 	}

@@ -102,6 +102,8 @@ func (t Type) String() string {
 		return "kv-digest"
 	case TypeTrain:
 		return "train"
+	case TypeInband:
+		return "inband"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
