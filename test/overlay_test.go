@@ -808,6 +808,52 @@ func TestOverlayRerouteSlowLink(t *testing.T) {
 	}
 }
 
+// TestOverlayBusyLinkInband: a host at Inagi pings a host at Seoul every
+// 10 ms, so Inagi->Seoul (direct, 8.3 ms) carries stamped data packets;
+// Seoul sends their delays back and Inagi takes them as samples of the
+// link. The link then slows to 30 ms while the pings go on: Inagi leaves
+// it for Fujisawa as a collapsed path (its log says so), having taken
+// in-band samples of it. The time is logged, not bounded (the probes
+// alone would also get there; docs/routing.md has the figures).
+func TestOverlayBusyLinkInband(t *testing.T) {
+	o := upOverlay(t, "leon-japan", "--overlay", "detour")
+	if _, err := o.waitPath("Inagi", "Seoul", "Seoul", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(7 * time.Second) // past the settling of routes and links
+	src, dst := o.host("Inagi"), o.host("Seoul")
+	pingRTTs(src.NS, dst.Addr, 3, "0.1") // ARP and FDBs
+	ctx, cancel := context.WithCancel(context.Background())
+	ping := exec.CommandContext(ctx, "ip", "netns", "exec", src.NS, "ping", "-n", "-q", "-i", "0.01", "-W", "1", dst.Addr)
+	if err := ping.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	defer func() { cancel(); ping.Wait() }() // killed by its PID
+	time.Sleep(2 * time.Second)
+	before := o.counters(t, "Inagi")["inband_samples"]
+	if sent := o.counters(t, "Seoul")["inband_reports_sent"]; sent == 0 || before == 0 {
+		t.Fatalf("after 2 s of pings Seoul sent %d in-band reports and Inagi took %d samples", sent, before)
+	}
+	t0 := time.Now()
+	if _, e, err := o.run("link", "set", "Inagi", "Seoul", "--delay", "30ms"); err != nil {
+		t.Fatalf("link set: %v: %s", err, e)
+	}
+	if _, err := o.waitPath("Inagi", "Seoul", "Fujisawa>Seoul", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Inagi left the slowed busy link %v after the link set command; %d in-band samples of it before",
+		time.Since(t0).Round(time.Millisecond), before)
+	b, err := os.ReadFile(filepath.Join(o.dir, "agent-inagi.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), routing.CollapseReason) {
+		o.logRouteChanges(t, "Inagi", 3)
+		t.Errorf("Inagi's log has no switch for a collapsed path (%q)", routing.CollapseReason)
+	}
+}
+
 // TestOverlayRelayKilled kills the relay of leon-japan (Inagi's agent,
 // kill -9) and measures how long Fujisawa->Seoul and Seoul->Fujisawa take
 // to go direct; then the hosts still reach each other. p95 ≤ 1.5 s. Each

@@ -66,6 +66,9 @@ type ScaleReport struct {
 	// SlowedReroute is the time from a direct link getting 100 ms slower
 	// to its route leaving it (5 links, limit 10 s).
 	SlowedReroute *Durations `json:"slowed_link_reroute,omitempty"`
+	// SlowedBusyReroute is the same for 5 other links, each carrying a
+	// flow of stamped data (in-band samples) when it slows.
+	SlowedBusyReroute *Durations `json:"slowed_busy_link_reroute,omitempty"`
 	// KilledRelay is the relay killed and the time until each route it
 	// relayed is carried on a path avoiding it (limit 5 s).
 	KilledRelay      string     `json:"killed_relay,omitempty"`
@@ -139,8 +142,11 @@ func RunScale(o ScaleOptions) ScaleReport {
 	p, _ := n.sites[0].Node.DetectionTimes()
 	rep.ProbeIntervalMs = float64(p.Microseconds()) / 1000
 	if o.Events {
-		s := n.SlowLinks(5, 100*time.Millisecond, 10*time.Second, o.Seed)
+		s := n.SlowLinks(5, 100*time.Millisecond, 10*time.Second, o.Seed, false)
 		rep.SlowedReroute = &s
+		n.RunFor(2 * time.Second)
+		b := n.SlowLinks(5, 100*time.Millisecond, 10*time.Second, o.Seed+1, true)
+		rep.SlowedBusyReroute = &b
 		n.RunFor(2 * time.Second)
 		name, k := n.KillRelay(5 * time.Second)
 		rep.KilledRelay, rep.KilledRelayCover = name, &k

@@ -304,8 +304,10 @@ func (n *Net) KillRelay(limit time.Duration) (string, Durations) {
 // SlowLinks makes up to k links that carry a direct route slower by
 // extra (chosen at random among those with a relayed path that then
 // wins by at least 5 ms), and measures how long until each route leaves
-// its link, up to limit.
-func (n *Net) SlowLinks(k int, extra, limit time.Duration, seed uint64) Durations {
+// its link, up to limit. With busy, each chosen route carries a flow of
+// stamped data (AddTraffic) for busyWarm before its link slows, so that
+// the link is measured in-band as well.
+func (n *Net) SlowLinks(k int, extra, limit time.Duration, seed uint64, busy bool) Durations {
 	rng := rand.New(rand.NewPCG(seed, seed^0x510))
 	type pick struct{ a, b *Site }
 	var cands []pick
@@ -347,6 +349,12 @@ func (n *Net) SlowLinks(k int, extra, limit time.Duration, seed uint64) Duration
 		used[c.a], used[c.b] = true, true
 		chosen = append(chosen, c)
 	}
+	if busy {
+		for _, c := range chosen {
+			n.AddTraffic(c.a.Name, c.b.Name)
+		}
+		n.RunFor(busyWarm)
+	}
 	for _, c := range chosen {
 		l := n.links[[2]int{c.a.index, c.b.index}]
 		l.Delay += extra
@@ -369,6 +377,10 @@ func (n *Net) SlowLinks(k int, extra, limit time.Duration, seed uint64) Duration
 	})
 	return summarise(times, len(chosen)-len(times))
 }
+
+// busyWarm is how long the flows of SlowLinks' busy links run before
+// the links slow: the in-band filter's window.
+const busyWarm = 2 * time.Second
 
 // checkStep is how often stepUntil evaluates its condition: the
 // resolution of the times KillRelay and SlowLinks measure.

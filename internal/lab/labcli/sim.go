@@ -31,9 +31,10 @@ clocks ±5 s apart and ±50 ppm of skew. After
 sends on the wire (payload and UDP/IPv4 headers) and the route changes,
 then checks every ordered pair against the offline optimum (within
 max(0.5 ms, 2 %) of the best path of at most 3 links). With --events it
-then slows 5 links that carry direct routes by 100 ms and kills the site
-that relays the most routes, and reports how long the routes took to
-leave them. No network, no root: it runs in this process.
+then slows 5 links that carry direct routes by 100 ms, then 5 others
+that carry a flow of stamped data (measured in-band as well as by
+probes), and kills the site that relays the most routes, and reports
+how long the routes took to leave them. No network, no root: it runs in this process.
 
 `
 
@@ -48,7 +49,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	warm := fs.Duration("warm", 40*time.Second, "simulated time from the start to the measured window (the new scheme estimates clock drift over 20 s spans)")
 	jitter := fs.Duration("jitter", time.Millisecond, "jitter on every link (uniform)")
 	loss := fs.Float64("loss", 0, "random loss on every link, percent")
-	events := fs.Bool("events", false, "after the window, slow 5 links and kill the busiest relay")
+	events := fs.Bool("events", false, "after the window, slow 5 idle links, then 5 busy ones, and kill the busiest relay")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	if _, _, err := parseArgs(fs, args); err != nil {
@@ -112,6 +113,10 @@ func printSim(w io.Writer, r sim.ScaleReport) {
 	if r.SlowedReroute != nil {
 		s := r.SlowedReroute
 		fmt.Fprintf(w, "slowed links rerouted: %d, p50 %.0f ms, p95 %.0f ms, max %.0f ms, not within 10 s: %d\n", s.Count, s.P50ms, s.P95ms, s.MaxMs, s.Missed)
+	}
+	if r.SlowedBusyReroute != nil {
+		s := r.SlowedBusyReroute
+		fmt.Fprintf(w, "slowed links carrying traffic rerouted: %d, p50 %.0f ms, p95 %.0f ms, max %.0f ms, not within 10 s: %d\n", s.Count, s.P50ms, s.P95ms, s.MaxMs, s.Missed)
 	}
 	if r.KilledRelayCover != nil {
 		k := r.KilledRelayCover
