@@ -1025,7 +1025,9 @@ def main():
                 json.dump({"versions": vers, "results": res}, f, indent=1)
     if earlier:
         for o, v in earlier.get("versions", {}).items():
-            if o in vers and v != vers[o]:
+            if o not in overlays:
+                vers[o] = v  # every row of it is of the earlier run
+            elif o in vers and v != vers[o]:
                 vers[o] += f" (the rows not of this run: {v})"
     ver, md = table(res, shown, vers)
     machine = (f"{os.uname().sysname} {os.uname().release}, {os.cpu_count()} CPUs shared with other work, "
