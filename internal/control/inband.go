@@ -13,9 +13,11 @@ import (
 // hands them to OnInband every few milliseconds, which places each stamp
 // difference on the scale of the link's probes and sends the samples back
 // to the link's prober in in-band reports (wire.TypeInband). The prober
-// adds them to the probes' samples of the link (onInband), so that a link
-// whose queue fills under traffic is measured at the rate of its traffic,
-// one sample in wire-level 5 ms, and left within a few of them.
+// adds them to the link's in-band filter (onInband, measure.Link's
+// AddInband), whose estimate the link takes while it reads higher than
+// the probes', so that a link whose queue fills under traffic is measured
+// at the rate of its traffic, up to a sample every 5 ms, and is left
+// within a few of them.
 
 // inbandNear is how old the last probe from a member may be for its delay
 // to place that member's stamps: the stamp differences wrap every 2.1 s,

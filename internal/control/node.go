@@ -105,14 +105,11 @@ type Node struct {
 	lossSlots     map[wire.SiteID][]lossSlot   // loss estimates of reported links, by origin
 	refreshCost   time.Duration                // a route computation's smoothed wall time (Stopwatch)
 	scratch       wire.LinkState
-	// inbandOut and inbandIn are the in-band reports being built and
-	// parsed (inband.go).
-	inbandOut, inbandIn wire.Inband
-	timers              timers
-	lastRefresh         time.Time // when refresh last ran
-	refreshDue          time.Time // when a deferred refresh must run (zero: none)
-	deadline            time.Time // NextDeadline's cached answer
-	deadlineStale       bool      // deadline must be recomputed
+	timers        timers
+	lastRefresh   time.Time // when refresh last ran
+	refreshDue    time.Time // when a deferred refresh must run (zero: none)
+	deadline      time.Time // NextDeadline's cached answer
+	deadlineStale bool      // deadline must be recomputed
 	// promised is NextDeadline's last answer: a Tick much later than it
 	// finds the node woken late (see resume).
 	promised time.Time
@@ -123,6 +120,9 @@ type Node struct {
 	tokens   float64
 	tokensAt time.Time
 	trainSeq uint32
+	// inbandOut and inbandIn are the in-band reports being built and
+	// parsed (inband.go).
+	inbandOut, inbandIn wire.Inband
 }
 
 // maxPendingSwitches bounds the path changes kept for Switches between two

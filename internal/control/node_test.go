@@ -103,6 +103,9 @@ func FuzzReceive(f *testing.F) {
 		Entries: []wire.LinkEntry{{Peer: wire.SiteIDFromName("fujisawa"), Flags: 1, Delay: -5}}})
 	f.Add(ls)
 	f.Add(wire.AppendLeave(nil, &wire.Leave{Sender: peer.ID, Incarnation: 5}))
+	ib, _ := wire.AppendInband(nil, &wire.Inband{Sender: peer.ID, Receiver: wire.SiteIDFromName("fujisawa"), Count: 2,
+		Samples: [wire.MaxInbandSamples]int64{-5e9, -5e9 + 3e6}})
+	f.Add(ib)
 	f.Add([]byte{0xD7, 1, 3, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		n := newNode(t)

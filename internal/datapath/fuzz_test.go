@@ -30,11 +30,16 @@ func (nopDev) Name() string                           { return "nop" }
 func (nopDev) MTU() int                               { return 1500 }
 func (nopDev) Close() error                           { return nil }
 
+// benchWall is the wall clock of the benchmarks' engines and the receive
+// time of their datagrams: packets are stamped and their stamps sampled.
+const benchWall = 1_700_000_000_000_000_000
+
 func benchEngine() *Engine {
 	e := New(Config{
 		Self: 1, Conn: nopConn{},
 		Ports: []*Port{{Network: testNet, Dev: nopDev{}, FDB: fdb.New(time.Minute)}},
 		Now:   func() int64 { return 0 },
+		Wall:  func() int64 { return benchWall },
 	})
 	addrs := map[wire.SiteID]netip.AddrPort{2: netip.MustParseAddrPort("198.18.0.2:1"), 3: netip.MustParseAddrPort("198.18.0.3:1")}
 	e.SetRoutes(staticRoutes(1, addrs, map[wire.SiteID][]wire.SiteID{2: {2}, 3: {2, 3}}))
@@ -49,6 +54,9 @@ func FuzzIngress(f *testing.F) {
 	seed := make([]byte, 100)
 	n := h.Put(seed)
 	f.Add(seed[:n+20])
+	h.Flags, h.Stamp, h.PathLen = wire.DataFlagStamped, 0xfffe, 1
+	n = h.Put(seed)
+	f.Add(seed[:n+20])
 	f.Add([]byte{wire.Magic, wire.Version, byte(wire.TypeProbe), 0})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, pkt []byte) {
@@ -56,7 +64,7 @@ func FuzzIngress(f *testing.F) {
 		in := newIngress(e)
 		buf := make([]byte, len(pkt)+1)
 		copy(buf, pkt)
-		in.handle(&transport.Message{Buf: buf, N: len(pkt), Addr: netip.MustParseAddrPort("198.18.0.2:1")})
+		in.handle(&transport.Message{Buf: buf, N: len(pkt), Addr: netip.MustParseAddrPort("198.18.0.2:1"), At: time.Unix(0, benchWall)})
 		s := e.Stats()
 		total := s.DropMalformed.Load() + s.DropMisdirected.Load() + s.DropUnknownNetwork.Load() +
 			s.DropNoRoute.Load() + s.ControlIn.Load() + s.FramesOut.Load() + s.Relayed.Load()
@@ -87,11 +95,11 @@ func BenchmarkEgressUnicast(b *testing.B) {
 func BenchmarkIngressRelay(b *testing.B) {
 	e := benchEngine()
 	in := newIngress(e)
-	h := wire.DataHeader{Source: 3, Network: testNet, PathLen: 2}
+	h := wire.DataHeader{Source: 3, Network: testNet, PathLen: 2, Flags: wire.DataFlagStamped}
 	h.Path[0], h.Path[1] = 1, 2
 	buf := make([]byte, 1500)
 	n := h.Put(buf) + 1400
-	m := transport.Message{Buf: buf, N: n, Addr: netip.MustParseAddrPort("198.18.0.3:1")}
+	m := transport.Message{Buf: buf, N: n, Addr: netip.MustParseAddrPort("198.18.0.3:1"), At: time.Unix(0, benchWall)}
 	b.ReportAllocs()
 	b.SetBytes(int64(n))
 	for b.Loop() {
@@ -106,12 +114,12 @@ func BenchmarkIngressRelay(b *testing.B) {
 func BenchmarkIngressDeliver(b *testing.B) {
 	e := benchEngine()
 	in := newIngress(e)
-	h := wire.DataHeader{Source: 2, Network: testNet, PathLen: 1}
+	h := wire.DataHeader{Source: 2, Network: testNet, PathLen: 1, Flags: wire.DataFlagStamped}
 	h.Path[0] = 1
 	buf := make([]byte, 1500)
 	n := h.Put(buf)
 	n += copy(buf[n:], frame(0xa, 0xb, string(make([]byte, 1400))))
-	m := transport.Message{Buf: buf, N: n, Addr: netip.MustParseAddrPort("198.18.0.2:1")}
+	m := transport.Message{Buf: buf, N: n, Addr: netip.MustParseAddrPort("198.18.0.2:1"), At: time.Unix(0, benchWall)}
 	b.ReportAllocs()
 	b.SetBytes(int64(n))
 	for b.Loop() {

@@ -55,14 +55,12 @@ type sentProbe struct {
 // Link measures the link to one peer, in both directions, from this
 // site's probes and the peer's replies.
 type Link struct {
-	cfg   Config
-	seq   uint32
-	ring  [ringLen]sentProbe
-	delay *Filter
-	rtt   *Filter
-	// inband estimates the delay from the data packets' samples
-	// (AddInband), which Stats takes when it is the higher.
-	inband    *Filter
+	cfg       Config
+	seq       uint32
+	ring      [ringLen]sentProbe
+	delay     *Filter
+	rtt       *Filter
+	inband    *Filter // the data packets' samples (AddInband)
 	lastReply time.Time
 	replies   uint64
 	// out and back estimate the loss of the outgoing direction (probes)
