@@ -124,8 +124,7 @@ func (in *ingress) deliver(pkt []byte, off int) {
 	}
 	// Counted once authentic, so that forged datagrams can neither raise
 	// a link's delivery rate nor take the table's slots.
-	e.stats.Peers.Count(prevHop(h), len(pkt))
-	in.sampleStamp(h.Hop)
+	in.count(prevHop(h), len(pkt), h.Hop)
 	if len(frame) < 14 {
 		e.stats.DropMalformed.Add(1)
 		return
@@ -177,21 +176,22 @@ func (in *ingress) forward(m *transport.Message, pkt []byte, off int) {
 	} else {
 		wire.SetHop(pkt, h.Hop+1)
 	}
-	e.stats.Peers.Count(prev, m.N) // once authentic, as in deliver
-	in.sampleStamp(hop)
+	in.count(prev, m.N, hop) // once authentic, as in deliver
 	e.stats.Relayed.Add(1)
 	in.relay = append(in.relay, transport.Message{Buf: m.Buf, N: m.N, Addr: addr})
 }
 
-// sampleStamp records the send stamp of the authentic packet in in.hdr,
-// received at hop index hop, when this site is its first receiver: a
-// sample of the link from its source (wire.DataFlagStamped).
-func (in *ingress) sampleStamp(hop uint8) {
+// count counts the authentic packet in in.hdr, of n bytes from previous
+// hop prev and received at hop index hop, and, when this site is its
+// first receiver, records its send stamp: a sample of the link from its
+// source (wire.DataFlagStamped).
+func (in *ingress) count(prev wire.SiteID, n int, hop uint8) {
 	h := &in.hdr
-	if hop != 0 || h.Flags&wire.DataFlagStamped == 0 || in.at.IsZero() {
+	if hop == 0 && h.Flags&wire.DataFlagStamped != 0 && !in.at.IsZero() {
+		in.e.stats.Peers.CountStamped(prev, n, in.at.UnixNano(), h.Stamp)
 		return
 	}
-	in.e.stats.Peers.Stamp(h.Source, in.at.UnixNano(), h.Stamp)
+	in.e.stats.Peers.Count(prev, n)
 }
 
 // sequence runs the packet in in.hdr through its source's window: it

@@ -55,9 +55,22 @@ const peerProbes = 16
 // Count records a data packet of n bytes from previous hop from.
 func (p *PeerStats) Count(from wire.SiteID, n int) {
 	if s := p.slot(from); s != nil {
-		s.bytes.Add(uint64(n))
-		s.packets.Add(1)
+		s.count(n)
 	}
+}
+
+// CountStamped is Count and Stamp in one look-up, for a packet with a
+// send stamp that this site is the first receiver of.
+func (p *PeerStats) CountStamped(from wire.SiteID, n int, rx int64, stamp uint16) {
+	if s := p.slot(from); s != nil {
+		s.count(n)
+		s.stamp(rx, stamp)
+	}
+}
+
+func (s *peerSlot) count(n int) {
+	s.bytes.Add(uint64(n))
+	s.packets.Add(1)
 }
 
 // slot returns the slot of site from, taking a free one if it has none,
@@ -91,10 +104,12 @@ func (p *PeerStats) slot(from wire.SiteID) *peerSlot {
 // taken per site. It is for the receive loops, lock-free and free of
 // allocations.
 func (p *PeerStats) Stamp(from wire.SiteID, rx int64, stamp uint16) {
-	s := p.slot(from)
-	if s == nil {
-		return
+	if s := p.slot(from); s != nil {
+		s.stamp(rx, stamp)
 	}
+}
+
+func (s *peerSlot) stamp(rx int64, stamp uint16) {
 	next := s.nextStamp.Load()
 	if rx < next || !s.nextStamp.CompareAndSwap(next, rx+int64(StampSpacing)) {
 		return
