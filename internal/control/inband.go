@@ -61,12 +61,9 @@ func (n *Node) onInband(now time.Time, pkt []byte) error {
 	if err := wire.ParseInband(pkt, r); err != nil {
 		return err
 	}
-	if r.Receiver != n.self {
-		return ErrMisdirected
-	}
-	m := n.members[r.Sender]
-	if m == nil || m.state == StateLeft {
-		return ErrUnknownSite
+	m, err := n.sender(r.Sender, r.Receiver)
+	if err != nil {
+		return err
 	}
 	if !m.link.AddInband(now, r.Values()) {
 		return nil // the link is down: its probes decide when it is up

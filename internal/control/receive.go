@@ -140,12 +140,9 @@ func (n *Node) onProbeReply(now, rx time.Time, pkt []byte) error {
 	if err := wire.ParseProbeReply(pkt, &r); err != nil {
 		return err
 	}
-	if r.Receiver != n.self {
-		return ErrMisdirected
-	}
-	m := n.members[r.Sender]
-	if m == nil || m.state == StateLeft {
-		return ErrUnknownSite
+	m, err := n.sender(r.Sender, r.Receiver)
+	if err != nil {
+		return err
 	}
 	wasUp, wasSuspect := m.link.Up(now), n.suspect(now, m)
 	if err := m.link.OnReply(now, rx, &r); err != nil {
@@ -161,6 +158,20 @@ func (n *Node) onProbeReply(now, rx time.Time, pkt []byte) error {
 		n.refreshSoon(now)
 	}
 	return nil
+}
+
+// sender returns the member that sent a message from sender to receiver,
+// or why the message is not for this node from a member: misdirected, or
+// from a site that is not a member (or has left).
+func (n *Node) sender(sender, receiver wire.SiteID) (*member, error) {
+	if receiver != n.self {
+		return nil, ErrMisdirected
+	}
+	m := n.members[sender]
+	if m == nil || m.state == StateLeft {
+		return nil, ErrUnknownSite
+	}
+	return m, nil
 }
 
 // ownLinkMoved reports whether this site's link to m now measures

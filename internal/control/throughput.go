@@ -188,12 +188,9 @@ func (n *Node) onTrain(now, rx time.Time, pkt []byte) error {
 	if err := wire.ParseTrain(pkt, &t); err != nil {
 		return err
 	}
-	if t.Receiver != n.self {
-		return ErrMisdirected
-	}
-	m := n.members[t.Sender]
-	if m == nil || m.state == StateLeft {
-		return ErrUnknownSite
+	m, err := n.sender(t.Sender, t.Receiver)
+	if err != nil {
+		return err
 	}
 	if t.Report {
 		n.counters.TrainReports++
