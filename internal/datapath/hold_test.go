@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -234,5 +235,52 @@ func TestIngressCountsLateBatches(t *testing.T) {
 	}
 	if got := e.stats.DropMalformed.Load(); got != 2 {
 		t.Errorf("drop_malformed %d, want 2", got)
+	}
+}
+
+// countingConn counts the packets written and remembers their order.
+type countingConn struct {
+	nopConn
+	seqs []uint32
+}
+
+func (c *countingConn) WriteBatch(m []transport.Message) (int, error) {
+	for i := range m {
+		c.seqs = append(c.seqs, binary.BigEndian.Uint32(m[i].Buf))
+	}
+	return len(m), nil
+}
+
+// TestFullHoldEndsEarly: a hold whose queue fills ends at once: the held
+// packets go out in order, the packet that found the queue full is not
+// taken (the caller sends it next), nothing is dropped, and the early end
+// is counted.
+func TestFullHoldEndsEarly(t *testing.T) {
+	cc := &countingConn{}
+	e := New(Config{Self: 1, Conn: cc, Now: func() int64 { return time.Now().UnixNano() }})
+	q := &holdQueue{}
+	now := time.Now().UnixNano()
+	q.start(e, now, now+int64(time.Hour))
+	msg := func(i uint32) transport.Message {
+		b := binary.BigEndian.AppendUint32(nil, i)
+		return transport.Message{Buf: b, N: len(b), Addr: addr3}
+	}
+	for i := range uint32(maxHeld) {
+		if !q.enqueue(e, msg(i), now) {
+			t.Fatalf("packet %d not held during the hold", i)
+		}
+	}
+	if len(cc.seqs) != 0 {
+		t.Fatalf("%d packets sent during the hold", len(cc.seqs))
+	}
+	if q.enqueue(e, msg(maxHeld), now) {
+		t.Fatal("the packet that found the queue full was taken")
+	}
+	if len(cc.seqs) != maxHeld || cc.seqs[0] != 0 || cc.seqs[maxHeld-1] != maxHeld-1 {
+		t.Fatalf("sent %d held packets (first %v); want all %d in order", len(cc.seqs), cc.seqs[:min(1, len(cc.seqs))], maxHeld)
+	}
+	if q.deadline() != 0 || e.stats.HoldOverflows.Load() != 1 || e.stats.HoldsLate.Load() != 0 {
+		t.Errorf("after the overflow: deadline %d, overflows %d, late %d; want the hold over, counted once, not late",
+			q.deadline(), e.stats.HoldOverflows.Load(), e.stats.HoldsLate.Load())
 	}
 }

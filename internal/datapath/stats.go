@@ -52,7 +52,7 @@ type Stats struct {
 	DropLocal          atomic.Uint64 // frames for a host behind this site's own bridge
 	DropDevice         atomic.Uint64 // device write errors
 	DropSend           atomic.Uint64 // underlay send errors
-	DropHoldOverflow   atomic.Uint64 // packets beyond the bound of a hold queue
+	HoldOverflows      atomic.Uint64 // holds ended early because their queue filled (maxHeld)
 	DropCrypto         atomic.Uint64 // packets that failed sealing, authentication or the replay check
 	DropDuplicate      atomic.Uint64 // second copies of a frame (sent on two paths) and packets too old to tell
 
@@ -117,7 +117,7 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"drop_local":           s.DropLocal.Load(),
 		"drop_device":          s.DropDevice.Load(),
 		"drop_send":            s.DropSend.Load(),
-		"drop_hold_overflow":   s.DropHoldOverflow.Load(),
+		"hold_overflows":       s.HoldOverflows.Load(),
 		"drop_crypto":          s.DropCrypto.Load(),
 		"drop_duplicate":       s.DropDuplicate.Load(),
 	}
