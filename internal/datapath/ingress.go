@@ -17,7 +17,8 @@ type ingress struct {
 	msgs    []transport.Message
 	relay   []transport.Message
 	hdr     wire.DataHeader
-	at      time.Time // when the packet being handled was received
+	at      time.Time // when the packet being handled was received (kernel clock)
+	shift   int64     // Config.Wall less the kernel's clock, ns (clockShift)
 	windows map[flowKey]*seqWindow
 	resets  uint64 // the engine's reset generation last applied
 	kv      router.Inbound
@@ -55,6 +56,7 @@ func (e *Engine) underlayLoop() error {
 		}
 		in.relay = in.relay[:0]
 		in.applyResets()
+		in.clockShift()
 		for i := 0; i < n; i++ {
 			in.handle(&in.msgs[i])
 		}
@@ -181,6 +183,16 @@ func (in *ingress) forward(m *transport.Message, pkt []byte, off int) {
 	in.relay = append(in.relay, transport.Message{Buf: m.Buf, N: m.N, Addr: addr})
 }
 
+// clockShift takes, once a batch, how far the clock of the send stamps
+// (Config.Wall, the agent's clock, which may be offset) is from the
+// kernel's, which stamps received datagrams (transport.Message.At): a
+// sample must read both ends on the sites' own clocks, as probes do.
+func (in *ingress) clockShift() {
+	if w := in.e.wall; w != nil {
+		in.shift = w() - time.Now().UnixNano()
+	}
+}
+
 // count counts the authentic packet in in.hdr, of n bytes from previous
 // hop prev and received at hop index hop, and, when this site is its
 // first receiver, records its send stamp: a sample of the link from its
@@ -188,7 +200,7 @@ func (in *ingress) forward(m *transport.Message, pkt []byte, off int) {
 func (in *ingress) count(prev wire.SiteID, n int, hop uint8) {
 	h := &in.hdr
 	if hop == 0 && h.Flags&wire.DataFlagStamped != 0 && !in.at.IsZero() {
-		in.e.stats.Peers.CountStamped(prev, n, in.at.UnixNano(), h.Stamp)
+		in.e.stats.Peers.CountStamped(prev, n, in.at.UnixNano()+in.shift, h.Stamp)
 		return
 	}
 	in.e.stats.Peers.Count(prev, n)

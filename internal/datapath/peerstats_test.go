@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -125,4 +126,32 @@ func TestStampRingKeepsTheNewest(t *testing.T) {
 		t.Fatalf("read %v; want %d samples, 5 to %d", got, stampRing, stampRing+4)
 	}
 	p.Stamps(func(wire.SiteID, []uint16) { t.Error("samples read twice") })
+}
+
+// TestStampsReadTheAgentsClock: the receive time of a sample is the
+// kernel's, moved onto the clock the site stamps with (Config.Wall, which
+// may be offset from the kernel's, as probes read it): a receiver whose
+// clock runs 7 s ahead of the kernel's and a sender on the kernel's clock
+// give a sample of 7 s plus the (here nil) delay.
+func TestStampsReadTheAgentsClock(t *testing.T) {
+	const offset = 7 * time.Second
+	e := benchEngine()
+	e.wall = func() int64 { return time.Now().Add(offset).UnixNano() }
+	in := newIngress(e)
+	in.clockShift()
+	now := time.Now()
+	h := wire.DataHeader{Source: 2, Network: testNet, PathLen: 1, Flags: wire.DataFlagStamped, Stamp: wire.StampOf(now.UnixNano())}
+	h.Path[0] = 1
+	buf := make([]byte, 200)
+	n := h.Put(buf)
+	n += copy(buf[n:], frame(0xa, 0xb, "stamped"))
+	in.handle(&transport.Message{Buf: buf, N: n, Addr: netip.MustParseAddrPort("198.18.0.2:1"), At: now})
+	var got []uint16
+	e.stats.Peers.Stamps(func(id wire.SiteID, rels []uint16) { got = append(got, rels...) })
+	if len(got) != 1 {
+		t.Fatalf("samples %v, want one", got)
+	}
+	if d := time.Duration(wire.UnwrapStamp(int64(offset), got[0])) - offset; d < -time.Millisecond || d > 50*time.Millisecond {
+		t.Errorf("sample %v off the receiver's 7 s clock offset", d)
+	}
 }
