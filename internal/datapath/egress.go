@@ -94,16 +94,12 @@ func (g *egress) begin() {
 	}
 }
 
-// stampIfSteady gives g.hdr the batch's send stamp when the packet to dst
-// on rt will leave at once: not the first to a destination or on a new
-// path, and not held back by a path switch, whose waiting the stamp would
-// measure as delay of the link.
-func (g *egress) stampIfSteady(dst wire.SiteID, rt *routing.Route, f *egressFlow) {
-	if g.e.wall == nil {
-		return
-	}
-	d := g.dests[dst]
-	if d == nil || !d.samePath(rt) || d.hold.deadline() != 0 || (f != nil && f.hold != nil) {
+// stampIfSteady gives g.hdr the batch's send stamp when the packet to d
+// on rt (of flow f, or nil) will leave at once: not the first to its
+// destination or on a new path, and not held back by a path switch or a
+// flow's move, whose waiting the stamp would measure as delay of the link.
+func (g *egress) stampIfSteady(d *dest, rt *routing.Route, f *egressFlow) {
+	if g.e.wall == nil || !d.samePath(rt) || d.hold.deadline() != 0 || (f != nil && f.hold != nil && f.hold.deadline() != 0) {
 		return
 	}
 	g.hdr.Flags |= wire.DataFlagStamped
@@ -243,17 +239,22 @@ func (g *egress) header(r Routes, dst wire.SiteID) (*routing.Route, bool) {
 	return rt, true
 }
 
-// emit queues an encapsulated packet for the batch, or holds it back while
-// a switch to a shorter path towards dst could let it overtake earlier
-// packets. The packet belongs to flow f (nil for traffic that is no
-// flow) and goes on Route.Path when main is true, or else on the flow's
-// bulk path, of offset-shifted delay delay.
-func (g *egress) emit(dst wire.SiteID, rt *routing.Route, m transport.Message, f *egressFlow, main bool, delay time.Duration) {
+// destOf returns the egress state towards dst, made at its first packet.
+func (g *egress) destOf(dst wire.SiteID) *dest {
 	d := g.dests[dst]
 	if d == nil {
 		d = &dest{hold: &holdQueue{}}
 		g.dests[dst] = d
 	}
+	return d
+}
+
+// emit queues an encapsulated packet for the batch, or holds it back while
+// a switch to a shorter path towards d could let it overtake earlier
+// packets. The packet belongs to flow f (nil for traffic that is no
+// flow) and goes on Route.Path when main is true, or else on the flow's
+// bulk path, of offset-shifted delay delay.
+func (g *egress) emit(d *dest, rt *routing.Route, m transport.Message, f *egressFlow, main bool, delay time.Duration) {
 	now := g.now
 	if main {
 		if !d.samePath(rt) {
@@ -298,10 +299,11 @@ func (g *egress) unicast(dst wire.SiteID, i, n int) {
 	if main {
 		g.duplicate(rt, g.frames[i][:n])
 	}
-	g.stampIfSteady(dst, rt, f)
+	d := g.destOf(dst)
+	g.stampIfSteady(d, rt, f)
 	start := wire.Headroom - g.frameOffset()
 	if m, ok := g.seal(g.bufs[i][start:], n, hop); ok {
-		g.emit(dst, rt, m, f, main, delay)
+		g.emit(d, rt, m, f, main, delay)
 	}
 }
 
@@ -373,7 +375,7 @@ func (g *egress) broadcast(frame []byte) {
 		b := g.floodBuf()
 		copy(b[g.frameOffset():], frame)
 		if m, ok := g.seal(b, len(frame), rt.FirstHop); ok {
-			g.emit(site, rt, m, nil, true, rt.Delay)
+			g.emit(g.destOf(site), rt, m, nil, true, rt.Delay)
 			queued = true
 		}
 	}
@@ -450,6 +452,6 @@ func (g *egress) sendCopy(site wire.SiteID, frame []byte) {
 	b := g.floodBuf()
 	copy(b[g.frameOffset():], frame)
 	if m, ok := g.seal(b, len(frame), rt.FirstHop); ok {
-		g.emit(site, rt, m, nil, true, rt.Delay)
+		g.emit(g.destOf(site), rt, m, nil, true, rt.Delay)
 	}
 }
