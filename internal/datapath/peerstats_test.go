@@ -87,10 +87,12 @@ func TestStampsSampleTheFirstLink(t *testing.T) {
 		}
 	}
 	atB, atC := drain(b), drain(c)
-	if n := len(atB[1]); n < frames-1 || n > frames {
-		// The first packet on each path is not stamped; the two packets
-		// of a round come within one spacing, so one of them is taken.
-		t.Fatalf("b took %d samples of the link from a (%v); want %d or %d", n, atB, frames-1, frames)
+	if n := len(atB[1]); n < frames-1 || n > 2*(frames-1) {
+		// The first packet on each path is not stamped; of the two
+		// stamped packets of a later round one is taken, or both when
+		// a busy machine delays the second past the spacing (which
+		// TestStampRingKeepsTheNewest checks exactly).
+		t.Fatalf("b took %d samples of the link from a (%v); want %d to %d", n, atB, frames-1, 2*(frames-1))
 	}
 	for _, rel := range atB[1] {
 		if d := time.Duration(wire.UnwrapStamp(int64(offset), rel)) - offset; d < -time.Millisecond || d > 100*time.Millisecond {

@@ -500,9 +500,9 @@ func (r *Router) holdFor(gain time.Duration, best Metrics) time.Duration {
 // move by noise: by CollapseFloor or four switching thresholds, whichever
 // is more. That is an event on the path (a queue filling under a flow,
 // the underlay rerouted), not a flap around a tie, and flap damping does
-// not keep the route on it: the better path is taken after CollapseHold. Going
-// back is what ReturnHold governs, so a load that comes and goes moves
-// the route at most once each way per ReturnHold.
+// not keep the route on it: the better path is taken after
+// CollapseHold. Going back is what ReturnHold governs, so a load that
+// comes and goes moves the route at most once each way per ReturnHold.
 func (r *Router) collapsed(d *dest, cm Metrics) bool {
 	return cm.Cost-d.bestCost >= max(CollapseFloor, 4*r.threshold(cm))
 }
