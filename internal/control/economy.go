@@ -120,6 +120,7 @@ func (n *Node) markHot(now time.Time) {
 		}
 		m.hot = relays[m.id]
 		m.link.SetDownAfter(n.downAfter(m))
+		n.timersMoved()
 		if iv := n.probeInterval(m); m.nextProbe.After(now.Add(iv)) {
 			m.nextProbe = now.Add(iv)
 		}

@@ -124,7 +124,8 @@ func (n *Node) learn(now time.Time, rec *wire.Member, direct bool) (*member, boo
 	m = &member{id: rec.ID, name: rec.Name, addr: rec.Addr, inc: rec.Incarnation, state: StateJoining,
 		since: now, learned: now, link: measure.NewLink(n.measureConfig()), nextProbe: now}
 	n.members[m.id] = m
-	n.deadlineStale, n.sorted = true, nil
+	n.sorted = nil
+	n.timersMoved()
 	if direct {
 		n.heard(now, m)
 	}
@@ -147,7 +148,7 @@ func (n *Node) setState(now time.Time, m *member, s State) {
 	if s == StateAlive {
 		m.nextProbe = now
 	}
-	n.deadlineStale = true
+	n.timersMoved()
 }
 
 // updateLiveness recomputes who is alive: the members heard within

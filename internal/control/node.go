@@ -54,6 +54,7 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/linkstate"
@@ -103,13 +104,27 @@ type Node struct {
 	nextBootstrap time.Time
 	helloSent     map[netip.AddrPort]time.Time // rate limit for hellos to unknown senders
 	lossSlots     map[wire.SiteID][]lossSlot   // loss estimates of reported links, by origin
-	refreshCost   time.Duration                // a route computation's smoothed wall time (Stopwatch)
+	// zeroLossMemo holds the loss of a link that lost nothing, by sample
+	// count, at the charge quantile zeroLossZ (zeroLoss).
+	zeroLossMemo  []routing.Loss
+	zeroLossZ     float64
+	refreshCost   time.Duration // a route computation's smoothed wall time (Stopwatch)
 	scratch       wire.LinkState
 	timers        timers
 	lastRefresh   time.Time // when refresh last ran
 	refreshDue    time.Time // when a deferred refresh must run (zero: none)
 	deadline      time.Time // NextDeadline's cached answer
 	deadlineStale bool      // deadline must be recomputed
+	// memberDue is the earliest liveness timer of a member (suspect, down,
+	// silent) that had not fired when refreshNeeded last looked at them
+	// all, at memberDueAt; memberDueOK is cleared when a timer may have
+	// moved earlier (timersMoved).
+	memberDue, memberDueAt time.Time
+	memberDueOK            bool
+	// probeDue is the earliest probe due, as probe last found it;
+	// probeDueOK is cleared by timersMoved.
+	probeDue   time.Time
+	probeDueOK bool
 	// promised is NextDeadline's last answer: a Tick much later than it
 	// finds the node woken late (see resume).
 	promised time.Time
@@ -250,17 +265,79 @@ func (n *Node) refreshNeeded(now time.Time) (need, urgent bool) {
 	if fired(n.orig.NextDue()) || fired(n.router.NextDeadline()) {
 		return true, false
 	}
+	if n.memberTimerFired(now) {
+		return true, true
+	}
+	return false, false
+}
+
+// memberRecheck bounds how long refreshNeeded trusts its memory of the
+// earliest member timer: a link's down timer can also shrink as its loss
+// estimate falls, which nothing announces.
+const memberRecheck = 50 * time.Millisecond
+
+// memberGrain is the resolution of the member timers: they are looked at
+// no more often than this, so a timer fires up to memberGrain late. With
+// a reply pushing some member's timer back every few milliseconds at
+// 300 sites, the earliest timer is passed (and every member looked at)
+// as often as replies arrive otherwise.
+const memberGrain = 10 * time.Millisecond
+
+// memberTimerFired reports whether a member's liveness timer (suspect,
+// down, silent) fired since the last refresh. Looking at every member is
+// O(N) and a site ticks for every probe it sends, so the earliest timer
+// still to come is remembered (no earlier than memberGrain from now), and
+// until it (or memberRecheck) passes, or timersMoved, the members are not
+// looked at again.
+func (n *Node) memberTimerFired(now time.Time) bool {
+	if n.memberDueOK && now.Before(n.memberDue) && now.Sub(n.memberDueAt) < memberRecheck {
+		return false
+	}
+	var due time.Time
 	for _, m := range n.members {
 		if m.state != StateAlive {
 			continue
 		}
 		lr := m.link.LastReply()
-		if fired(m.lastHeard.Add(n.downAfter(m))) || (!lr.IsZero() && (fired(lr.Add(m.link.DownAfter())) ||
-			(n.suspectAfter(m) > 0 && fired(lr.Add(n.suspectAfter(m)))))) {
-			return true, true
+		for _, at := range [3]time.Time{m.lastHeard.Add(n.downAfter(m)), n.afterReply(lr, m.link.DownAfter()), n.afterReply(lr, n.suspectAfter(m))} {
+			switch {
+			case at.IsZero() || !at.After(n.lastRefresh):
+			case !at.After(now):
+				n.memberDueOK = false
+				return true
+			case due.IsZero() || at.Before(due):
+				due = at
+			}
 		}
 	}
-	return false, false
+	if !due.IsZero() {
+		due = maxTime(due, now.Add(memberGrain))
+	}
+	n.memberDue, n.memberDueAt, n.memberDueOK = due, now, !due.IsZero()
+	return false
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// afterReply is the time d after a link's last reply lr, or zero when
+// there was none or d is not positive (the timer is off).
+func (n *Node) afterReply(lr time.Time, d time.Duration) time.Time {
+	if lr.IsZero() || d <= 0 {
+		return time.Time{}
+	}
+	return lr.Add(d)
+}
+
+// timersMoved says that a timer may have moved earlier (a member joined or
+// changed state, routes or probe rates changed, the node resumed): the
+// deadline and the memory of the earliest member timer are recomputed.
+func (n *Node) timersMoved() {
+	n.deadlineStale, n.memberDueOK, n.probeDueOK = true, false, false
 }
 
 // refreshSoon runs refresh now, or, if the last one ran less than a batch
@@ -284,7 +361,7 @@ func (n *Node) refresh(now time.Time) {
 	}
 	n.lastRefresh, n.refreshDue = now, time.Time{}
 	n.counters.Refreshes++
-	n.deadlineStale = true
+	n.timersMoved()
 	n.db.Expire(now, n.self)
 	n.scaleTimers()
 	n.updateLiveness(now)
@@ -357,7 +434,7 @@ func (n *Node) resume(t time.Time, tick bool) {
 		m.link.Pause(p, t)
 	}
 	n.db.Retime(func(at time.Time) time.Time { return measure.Resumed(at, p, t) })
-	n.deadlineStale = true
+	n.timersMoved()
 }
 
 // computeDeadline is the earliest timer after the latest time seen.
@@ -369,12 +446,27 @@ func (n *Node) computeDeadline() time.Time {
 		}
 	}
 	earlier(n.nextGossip)
+	// The earliest probe and member timer as probe and refreshNeeded
+	// last found them, while that is still good; else every member.
+	probes := n.probeDueOK && n.probeDue.After(n.last)
+	timers := n.memberDueOK && n.memberDue.After(n.last) && n.last.Sub(n.memberDueAt) < memberRecheck
+	if probes {
+		earlier(n.probeDue)
+	}
+	if timers {
+		earlier(n.memberDue)
+	}
 	for _, m := range n.members {
+		if probes && timers {
+			break
+		}
 		if m.state == StateLeft {
 			continue
 		}
-		earlier(m.nextProbe)
-		if m.state == StateAlive {
+		if !probes {
+			earlier(m.nextProbe)
+		}
+		if m.state == StateAlive && !timers {
 			earlier(m.lastHeard.Add(n.downAfter(m)))
 			if lr := m.link.LastReply(); !lr.IsZero() {
 				earlier(lr.Add(m.link.DownAfter()))
@@ -386,7 +478,7 @@ func (n *Node) computeDeadline() time.Time {
 	}
 	earlier(n.orig.NextDue())
 	earlier(n.router.NextDeadline())
-	if n.aliveCount() == 0 && len(n.cfg.Bootstrap) > 0 {
+	if len(n.cfg.Bootstrap) > 0 && !n.anyAlive() {
 		earlier(n.nextBootstrap)
 	}
 	return t
@@ -394,7 +486,7 @@ func (n *Node) computeDeadline() time.Time {
 
 // bootstrap says hello to the bootstrap addresses while no member is live.
 func (n *Node) bootstrap(now time.Time) {
-	if len(n.cfg.Bootstrap) == 0 || n.aliveCount() > 0 || now.Before(n.nextBootstrap) {
+	if len(n.cfg.Bootstrap) == 0 || now.Before(n.nextBootstrap) || n.anyAlive() {
 		return
 	}
 	n.nextBootstrap = now.Add(n.cfg.BootstrapInterval)
@@ -407,8 +499,16 @@ func (n *Node) bootstrap(now time.Time) {
 
 // probe sends the probes that are due.
 func (n *Node) probe(now time.Time) {
+	if n.probeDueOK && now.Before(n.probeDue) {
+		return
+	}
+	var due time.Time
 	for _, m := range n.sortedMembers() {
-		if m.state == StateLeft || now.Before(m.nextProbe) {
+		if m.state == StateLeft {
+			continue
+		}
+		if now.Before(m.nextProbe) {
+			due = earliest(due, m.nextProbe)
 			continue
 		}
 		iv := n.probeInterval(m)
@@ -420,7 +520,17 @@ func (n *Node) probe(now time.Time) {
 		n.takeAlt(now, m)
 		seq, stamp := m.link.Probe(now)
 		n.emit(m.addr, buildProbe(n.self, m.id, seq, stamp))
+		due = earliest(due, m.nextProbe)
 	}
+	n.probeDue, n.probeDueOK = due, !due.IsZero()
+}
+
+// earliest returns the earlier of t and x, zero meaning none.
+func earliest(t, x time.Time) time.Time {
+	if t.IsZero() || (!x.IsZero() && x.Before(t)) {
+		return x
+	}
+	return t
 }
 
 // originate updates this site's own link state and floods it when due.
@@ -509,6 +619,9 @@ type lossSlot struct {
 // slotLoss returns the loss estimate of l, the link at position k of its
 // origin's report, from slots (the origin's remembered estimates).
 func (n *Node) slotLoss(slots []lossSlot, k int, l *linkstate.Link, chargeZ float64) routing.Loss {
+	if l.Loss == 0 {
+		return n.zeroLoss(l, chargeZ)
+	}
 	s := &slots[k]
 	if !s.set || s.to != l.To || s.rate != l.Loss || s.samples != l.LossSamples || s.chargeZ != chargeZ {
 		*s = lossSlot{to: l.To, rate: l.Loss, samples: l.LossSamples, chargeZ: chargeZ, loss: n.computeLoss(l, chargeZ), set: true}
@@ -528,6 +641,28 @@ func (n *Node) originSlots(id wire.SiteID, k, live int) []lossSlot {
 		n.lossSlots[id] = slots
 	}
 	return slots
+}
+
+// zeroLossMemo bounds the sample counts whose zero-loss intervals a node
+// remembers: a window of 10 minutes at 10 probes a second.
+const zeroLossMemo = 6001
+
+// zeroLoss is computeLoss for a link that lost nothing, remembered by
+// its sample count: most links of an overlay lose nothing, and the same
+// few hundred counts recur in every origin's report, so they need neither
+// a slot of their own nor the interval computed again.
+func (n *Node) zeroLoss(l *linkstate.Link, chargeZ float64) routing.Loss {
+	k := l.LossSamples
+	if k < 0 || k >= zeroLossMemo {
+		return n.computeLoss(l, chargeZ)
+	}
+	if n.zeroLossZ != chargeZ || n.zeroLossMemo == nil {
+		n.zeroLossMemo, n.zeroLossZ = make([]routing.Loss, zeroLossMemo), chargeZ
+	}
+	if n.zeroLossMemo[k].High == 0 { // never zero once computed: 1 at 0 samples
+		n.zeroLossMemo[k] = n.computeLoss(l, chargeZ)
+	}
+	return n.zeroLossMemo[k]
 }
 
 // computeLoss returns a reported link's loss with its interval, as every
@@ -588,8 +723,12 @@ func (n *Node) route(now time.Time) {
 		}
 	}
 	mx := n.matrix(now, live)
+	prev := n.router.Matrix()
 	sw := n.router.Update(now, mx, addrs)
-	n.deadlineStale = true // held switches have deadlines
+	if prev != nil && prev != mx {
+		spareMatrices.Put(prev) // the router let go of it
+	}
+	n.timersMoved() // held switches have deadlines; hot members have shorter timers
 	if n.cfg.Economy {
 		n.markHot(now)
 	}
@@ -604,13 +743,20 @@ func (n *Node) route(now time.Time) {
 	}
 }
 
+// spareMatrices holds the matrices routers let go of, for the next route
+// computation of any node of the process: N² links are then not
+// allocated at every computation, and the simulator's hundreds of nodes
+// share a few spares rather than keeping one each.
+var spareMatrices sync.Pool
+
 // matrix builds the routing matrix over the live sites from their latest
 // fresh reports. A link's available throughput is what its receiver
 // reports (the reverse link's RevRate, as DB.Rate reads it); it is taken
 // from the same pass over the reports rather than looked up per link,
 // since the pass is O(N²) and runs at every refresh.
 func (n *Node) matrix(now time.Time, live []wire.SiteID) *routing.Matrix {
-	mx := routing.NewMatrix(live)
+	spare, _ := spareMatrices.Get().(*routing.Matrix)
+	mx := routing.Reuse(spare, live)
 	z := n.chargeZ(len(live))
 	settle := n.settleTime()
 	type rate struct {
@@ -625,9 +771,16 @@ func (n *Node) matrix(now time.Time, live []wire.SiteID) *routing.Matrix {
 			continue
 		}
 		fresh := from == n.self || n.db.Fresh(now, from)
-		slots := n.originSlots(from, len(o.Links), len(live))
+		row, ok := mx.Row(from)
+		if !ok {
+			continue
+		}
+		var slots []lossSlot // taken at the first link that lost something
 		for i := range o.Links {
 			l := &o.Links[i]
+			if slots == nil && l.Loss != 0 {
+				slots = n.originSlots(from, len(o.Links), len(live))
+			}
 			if l.RateKnown() {
 				rates = append(rates, rate{l.To, from, l.RevRate, l.RevRateKind})
 			}
@@ -637,7 +790,7 @@ func (n *Node) matrix(now time.Time, live []wire.SiteID) *routing.Matrix {
 			e := routing.Edge{Delay: l.DelayAt(now), RTT: l.RTT, Loss: n.slotLoss(slots, i, l, z)}
 			e.Suspect = from == n.self && n.suspect(now, n.members[l.To])
 			e.Settling = !l.Flapping && now.Sub(l.UpSince) < settle
-			mx.Set(from, l.To, e)
+			row.Set(l.To, e)
 		}
 	}
 	for _, r := range rates {
@@ -680,14 +833,13 @@ func (n *Node) sortedMembers() []*member {
 	return out
 }
 
-func (n *Node) aliveCount() int {
-	c := 0
+func (n *Node) anyAlive() bool {
 	for _, m := range n.members {
 		if m.state == StateAlive {
-			c++
+			return true
 		}
 	}
-	return c
+	return false
 }
 
 // liveCount is the number of live sites, this one included.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/detour-overlay/detour/internal/linkstate"
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
@@ -123,4 +124,19 @@ func FuzzReceive(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestZeroLossIsComputeLoss: the remembered loss of links that lost
+// nothing is the one computeLoss gives, for every sample count and as the
+// charge quantile changes.
+func TestZeroLossIsComputeLoss(t *testing.T) {
+	n := newNode(t)
+	for _, z := range []float64{2.4, 3.1, 2.4} {
+		for _, k := range []int{0, 1, 2, 50, 299, 300, 6000, 6001, 100000, 3, 1, 0} {
+			l := &linkstate.Link{LossSamples: k}
+			if got, want := n.zeroLoss(l, z), n.computeLoss(l, z); got != want {
+				t.Fatalf("z %.1f, %d samples: %+v, want %+v", z, k, got, want)
+			}
+		}
+	}
 }

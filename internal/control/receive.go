@@ -292,8 +292,9 @@ func (n *Node) flood(o *member, pkt []byte) {
 		return // not heard directly: a designated forwarder must be us
 	}
 	var cp []byte
+	up := n.db.Cursor(o.id) // members come sorted by ID, as the report's links
 	for _, m := range n.sortedMembers() {
-		if m.id == o.id || (m.state != StateAlive && m.state != StateJoining) || n.db.ReportsUp(o.id, m.id) {
+		if m.id == o.id || (m.state != StateAlive && m.state != StateJoining) || up.Up(m.id) {
 			continue
 		}
 		if !n.db.ReportsUp(n.self, m.id) || !n.designatedForwarder(o.id, m.id) {

@@ -61,5 +61,5 @@ func (n *Node) takeAlt(now time.Time, m *member) {
 	m.addr, m.alt = m.alt, netip.AddrPort{}
 	n.counters.Roamed++
 	m.nextProbe = now
-	n.deadlineStale = true
+	n.timersMoved()
 }

@@ -37,6 +37,28 @@ func (n *Node) Members() []MemberView {
 	return out
 }
 
+// MemberAddr returns the address of member id, whatever its state; ok is
+// false for this site and for a site that is not a member. Unlike Members
+// it neither copies nor sorts the member list.
+func (n *Node) MemberAddr(id wire.SiteID) (addr netip.AddrPort, ok bool) {
+	m, ok := n.members[id]
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	return m.addr, true
+}
+
+// AliveMembers returns the IDs of the members held alive, in no order.
+func (n *Node) AliveMembers() []wire.SiteID {
+	out := make([]wire.SiteID, 0, len(n.members))
+	for id, m := range n.members {
+		if m.state == StateAlive {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // LinkView is one directed link of the matrix.
 type LinkView struct {
 	From, To     string
@@ -180,6 +202,12 @@ func (n *Node) Why(now time.Time, site string) (routing.Explanation, error) {
 		return routing.Explanation{}, err
 	}
 	return n.router.Why(now, id), nil
+}
+
+// LastSwitch returns the last change of the route to dst; ok is false if
+// there is no route to it.
+func (n *Node) LastSwitch(dst wire.SiteID) (routing.Switch, bool) {
+	return n.router.LastSwitch(dst)
 }
 
 // Counters returns a copy of the traffic and drop counters.

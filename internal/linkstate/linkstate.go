@@ -28,7 +28,16 @@ import (
 // Link is one directed link as reported by its origin (From).
 type Link struct {
 	From, To wire.SiteID
-	Up       bool
+	// seq is the sequence number of the message that last set this
+	// entry: a delta message updates only entries older than itself.
+	seq uint32
+	Up  bool
+	// Flapping says the link came up less than FlapWindow after it went
+	// down (this site's knowledge, like UpSince below).
+	Flapping bool
+	// RevRateKind says what RevRate rests on (wire.RateKind*, zero when
+	// nothing is known).
+	RevRateKind uint8
 	// Delay is the offset-shifted one-way delay.
 	Delay  time.Duration
 	RTT    time.Duration
@@ -38,29 +47,21 @@ type Link struct {
 	Loss        float64
 	LossSamples int
 	// UpSince is when this site first held the link up in its current up
-	// period (its own clock; zero while down), and Flapping says the
-	// link came up less than FlapWindow after it went down. They are
-	// this site's knowledge, not carried on the wire.
-	UpSince  time.Time
-	Flapping bool
+	// period (its own clock; zero while down). It is this site's
+	// knowledge, not carried on the wire.
+	UpSince time.Time
 	// DriftPPM is how fast the origin sees Delay move with the clocks'
 	// skew, in parts per million: DelayAt extrapolates by it.
 	DriftPPM int
 	// RevRate is the available throughput of the reverse link, To →
 	// From, in bits per second, as From (that link's receiver) estimates
-	// it; RevRateKind says what it rests on (wire.RateKind*, zero when
-	// nothing is known) and RevRateAge how old the estimate was at At
-	// (see RateAge).
-	RevRate     float64
-	RevRateKind uint8
-	RevRateAge  time.Duration
+	// it, and RevRateAge how old the estimate was at At (see RateAge).
+	RevRate    float64
+	RevRateAge time.Duration
 	// RateAt is when the message that carried the rate was received
 	// (local clock; zero: At), for a rate kept from an earlier message
 	// by one without a rate section.
 	RateAt time.Time
-	// seq is the sequence number of the message that last set this
-	// entry: a delta message updates only entries older than itself.
-	seq uint32
 	// At is when this value was measured or received (local clock).
 	At time.Time
 }
@@ -335,8 +336,41 @@ func (db *DB) Link(from, to wire.SiteID) (Link, bool) {
 
 // ReportsUp reports whether from's latest report says from → to is up.
 func (db *DB) ReportsUp(from, to wire.SiteID) bool {
-	l, ok := db.Link(from, to)
-	return ok && l.Up
+	o := db.origins[from]
+	if o == nil {
+		return false
+	}
+	i, ok := o.find(to)
+	return ok && o.Links[i].Up
+}
+
+// Cursor answers ReportsUp for one origin and destinations asked in
+// ascending order, each with a step along the origin's links instead of
+// a search: flooding asks it for every member, for every report.
+type Cursor struct {
+	links []Link
+	j     int
+}
+
+// Cursor returns a cursor over from's latest report. It must not be used
+// after the database changes.
+func (db *DB) Cursor(from wire.SiteID) Cursor {
+	if o := db.origins[from]; o != nil {
+		return Cursor{links: o.Links}
+	}
+	return Cursor{}
+}
+
+// Up reports whether the origin's latest report says its link to to is
+// up. Asked out of order, it starts its walk over.
+func (c *Cursor) Up(to wire.SiteID) bool {
+	if c.j > 0 && c.links[c.j-1].To >= to {
+		c.j = 0
+	}
+	for c.j < len(c.links) && c.links[c.j].To < to {
+		c.j++
+	}
+	return c.j < len(c.links) && c.links[c.j].To == to && c.links[c.j].Up
 }
 
 // Origin returns the latest report of a site.

@@ -201,3 +201,32 @@ func TestReportKeepsLinksSortedByDestination(t *testing.T) {
 		}
 	}
 }
+
+// TestCursorAnswersAsReportsUp: a cursor over an origin's report answers
+// as ReportsUp for destinations asked in ascending order, and still does
+// when asked out of order or about links the report does not name.
+func TestCursorAnswersAsReportsUp(t *testing.T) {
+	db := NewDB(3 * time.Second)
+	var entries []wire.LinkEntry
+	for to := wire.SiteID(2); to <= 40; to += 3 {
+		entries = append(entries, ToWire(Link{To: to, Up: to%2 == 0, Delay: time.Millisecond}))
+	}
+	if db.Apply(t0, &wire.LinkState{Origin: 1, Incarnation: 1, Seq: 1, Entries: entries}) != Accepted {
+		t.Fatal("report rejected")
+	}
+	asks := []wire.SiteID{}
+	for to := wire.SiteID(0); to <= 45; to++ {
+		asks = append(asks, to)
+	}
+	asks = append(asks, 8, 8, 3, 44, 20, 14, 14, 2)
+	c := db.Cursor(1)
+	for _, to := range asks {
+		if got, want := c.Up(to), db.ReportsUp(1, to); got != want {
+			t.Fatalf("1→%d: cursor %v, ReportsUp %v", to, got, want)
+		}
+	}
+	none := db.Cursor(7)
+	if none.Up(2) {
+		t.Fatal("a cursor over an unknown origin reports a link up")
+	}
+}

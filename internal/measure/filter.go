@@ -107,9 +107,11 @@ type Filter struct {
 	steps   int
 }
 
-// NewFilter returns an empty filter.
+// NewFilter returns an empty filter. Its buffers grow with the samples it
+// holds: a link's in-band filter, 512 samples long, stays empty on a link
+// that carries no traffic.
 func NewFilter(cfg FilterConfig) *Filter {
-	return &Filter{cfg: cfg, samples: make([]sample, 0, cfg.Window), sorted: make([]time.Duration, 0, cfg.Window)}
+	return &Filter{cfg: cfg}
 }
 
 // Reset forgets every sample.

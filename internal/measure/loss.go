@@ -120,8 +120,28 @@ type LossWindow struct {
 
 // NewLossWindow returns an empty window.
 func NewLossWindow(cfg LossConfig) *LossWindow {
-	k := int(cfg.Span/cfg.Bucket) + 1
-	return &LossWindow{cfg: cfg, buckets: make([]lossBucket, k)}
+	return &LossWindow{cfg: cfg, buckets: make([]lossBucket, min(initialBuckets, maxBuckets(cfg)))}
+}
+
+// initialBuckets is the ring's first size. It grows to maxBuckets as the
+// window fills, so that a site with hundreds of links pays for the
+// history each link has, not for the longest possible one.
+const initialBuckets = 8
+
+// maxBuckets is the number of buckets a window of cfg can hold at once.
+func maxBuckets(cfg LossConfig) int { return int(cfg.Span/cfg.Bucket) + 1 }
+
+// grow doubles the ring, up to maxBuckets, keeping the buckets in order.
+func (w *LossWindow) grow() {
+	k := min(2*len(w.buckets), maxBuckets(w.cfg))
+	if k <= len(w.buckets) {
+		return
+	}
+	b := make([]lossBucket, k)
+	for i := range w.n {
+		b[i] = *w.at(i)
+	}
+	w.buckets, w.head = b, 0
 }
 
 // Reset forgets every count.
@@ -149,6 +169,9 @@ func (w *LossWindow) open(now time.Time) {
 	}
 	for w.n > 0 && now.Sub(w.at(0).start) >= w.cfg.Span {
 		w.drop(1)
+	}
+	if w.n == len(w.buckets) {
+		w.grow()
 	}
 	if w.n == len(w.buckets) {
 		w.drop(1)

@@ -269,3 +269,24 @@ func TestChargeZ(t *testing.T) {
 		t.Errorf("3 of 25: lower bound %.4f at 95 %%, %.4f overlay-wide; want above and below 2 %%", lo95, lo54)
 	}
 }
+
+// TestLossWindowGrowsKeepingItsOrder: a window whose ring starts small and
+// grows as buckets come holds, after many wraps, exactly the buckets of
+// its span: its rate is the one over the last 30 one-second buckets.
+func TestLossWindowGrowsKeepingItsOrder(t *testing.T) {
+	cfg := LossConfig{Bucket: time.Second, Span: 30 * time.Second, Events: 1 << 30, Recent: 5 * time.Second, Z: 1.96, ChangeZ: 100}
+	w := NewLossWindow(cfg)
+	now := time.Unix(0, 0)
+	lost := func(s int) int { return s % 3 }
+	for s := 0; s <= 100; s++ {
+		w.Add(now.Add(time.Duration(s)*time.Second), 10, lost(s))
+	}
+	var sent, l int
+	for s := 71; s <= 100; s++ {
+		sent, l = sent+10, l+lost(s)
+	}
+	e := w.Estimate(now.Add(100 * time.Second))
+	if e.Samples != sent || e.Rate != float64(l)/float64(sent) {
+		t.Fatalf("%d samples at %.4f, want %d at %.4f", e.Samples, e.Rate, sent, float64(l)/float64(sent))
+	}
+}

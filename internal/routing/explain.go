@@ -72,6 +72,17 @@ type Explanation struct {
 	Bulk BulkExplanation
 }
 
+// LastSwitch returns the last change of the route to dst; ok is false if
+// there is no route to it. It is the LastSwitch of Why, without the rest
+// of the explanation.
+func (r *Router) LastSwitch(dst wire.SiteID) (s Switch, ok bool) {
+	d := r.dests[dst]
+	if d == nil {
+		return Switch{}, false
+	}
+	return d.last, true
+}
+
 // Why explains the route to dst on the matrix of the last Update.
 func (r *Router) Why(now time.Time, dst wire.SiteID) Explanation {
 	ex := Explanation{Dest: dst, Pinned: slices.Clone(r.pins[dst]), Forbidden: r.Forbidden(), Hold: r.cfg.Hold}

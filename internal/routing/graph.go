@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -46,24 +47,52 @@ type Loss struct {
 
 // Matrix is the graph routes are computed on: the live members (self
 // included) and the links that are up between them. Build it with
-// NewMatrix and Set; it is not modified by the router.
+// NewMatrix (or Reuse) and Set; it is not modified by the router. An
+// entry of edges means something only where has is set.
 type Matrix struct {
 	ids   []wire.SiteID
 	index map[wire.SiteID]int
 	edges []Edge // n × n
 	has   []bool
+	// costs caches every link's cost under costW (noCost where there is
+	// no usable link), for the shortest-path computations; Set clears
+	// costOK.
+	costs  []time.Duration
+	costW  Weights
+	costOK bool
 }
+
+// noCost marks a missing or unusable link in Matrix.costs.
+const noCost = time.Duration(math.MaxInt64)
 
 // NewMatrix returns a matrix over the given sites with no links.
 func NewMatrix(ids []wire.SiteID) *Matrix {
-	ids = slices.Clone(ids)
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	m := &Matrix{ids: ids, index: make(map[wire.SiteID]int, len(ids)),
-		edges: make([]Edge, len(ids)*len(ids)), has: make([]bool, len(ids)*len(ids))}
-	for i, id := range ids {
+	return Reuse(nil, ids)
+}
+
+// Reuse returns a matrix over the given sites with no links, built in the
+// memory of spare (nil: new memory), which must no longer be used: a
+// site that recomputes its routes every second keeps two matrices and
+// alternates, instead of allocating N² links each time.
+func Reuse(spare *Matrix, ids []wire.SiteID) *Matrix {
+	m := spare
+	if m == nil {
+		m = &Matrix{index: make(map[wire.SiteID]int, len(ids))}
+	}
+	m.ids = append(m.ids[:0], ids...)
+	slices.Sort(m.ids)
+	m.ids = slices.Compact(m.ids)
+	clear(m.index)
+	for i, id := range m.ids {
 		m.index[id] = i
 	}
+	n2 := len(m.ids) * len(m.ids)
+	if cap(m.edges) < n2 {
+		m.edges, m.has = make([]Edge, n2), make([]bool, n2)
+	}
+	m.edges, m.has = m.edges[:n2], m.has[:n2]
+	clear(m.has)
+	m.costOK = false
 	return m
 }
 
@@ -75,8 +104,45 @@ func (m *Matrix) Set(from, to wire.SiteID, e Edge) {
 	if !ok1 || !ok2 || i == j {
 		return
 	}
+	m.set(i, j, e)
+}
+
+func (m *Matrix) set(i, j int, e Edge) {
 	m.edges[i*len(m.ids)+j] = e
 	m.has[i*len(m.ids)+j] = true
+	m.costOK = false
+}
+
+// Row sets the links of one origin. Set them in ascending order of
+// destination and each costs a step along the sorted sites instead of a
+// look-up; out of order they are looked up.
+type Row struct {
+	m    *Matrix
+	i, j int
+}
+
+// Row returns the writer of the links from from; ok is false if from is
+// not in the matrix.
+func (m *Matrix) Row(from wire.SiteID) (r Row, ok bool) {
+	i, ok := m.index[from]
+	return Row{m: m, i: i}, ok
+}
+
+// Set adds the usable link from the row's origin to to. Unknown sites and
+// the self-link are ignored.
+func (r *Row) Set(to wire.SiteID, e Edge) {
+	ids := r.m.ids
+	if r.j > 0 && ids[r.j-1] >= to {
+		r.j = 0 // out of order: start over
+	}
+	for r.j < len(ids) && ids[r.j] < to {
+		r.j++
+	}
+	if r.j == len(ids) || ids[r.j] != to || r.j == r.i {
+		return
+	}
+	r.m.set(r.i, r.j, e)
+	r.j++
 }
 
 // SetRate sets the available throughput of the link from → to, if the
@@ -235,11 +301,62 @@ func (m *Matrix) Measure(w Weights, src wire.SiteID, path []wire.SiteID) (Metric
 // hops. The result maps each reachable destination to its path (receivers
 // in order, excluding src). Ties go to fewer hops, then to lower site IDs.
 func (m *Matrix) ShortestPaths(w Weights, src wire.SiteID, maxHops int, noRelay func(wire.SiteID) bool) map[wire.SiteID][]wire.SiteID {
+	return m.shortestPaths(w, src, maxHops, noRelay, false)
+}
+
+// ShortestPathsTo returns, for every site that reaches dst in at most
+// maxHops links, its best path to dst (the hops after it, ending with
+// dst): the return paths of ShortestPaths, all from one computation on the
+// transposed matrix rather than one per source.
+func (m *Matrix) ShortestPathsTo(w Weights, dst wire.SiteID, maxHops int, noRelay func(wire.SiteID) bool) map[wire.SiteID][]wire.SiteID {
+	rev := m.shortestPaths(w, dst, maxHops, noRelay, true)
+	out := make(map[wire.SiteID][]wire.SiteID, len(rev))
+	for src, p := range rev {
+		// p is dst → p[0] → … → src in the transpose, so src → … → p[0]
+		// → dst here.
+		back := make([]wire.SiteID, 0, len(p))
+		for i := len(p) - 2; i >= 0; i-- {
+			back = append(back, p[i])
+		}
+		out[src] = append(back, dst)
+	}
+	return out
+}
+
+// costTable returns every link's cost under w, row-major, noCost where
+// there is no usable link; it is computed once per matrix and weights.
+func (m *Matrix) costTable(w Weights) []time.Duration {
+	if m.costOK && m.costW == w {
+		return m.costs
+	}
+	if cap(m.costs) < len(m.edges) {
+		m.costs = make([]time.Duration, len(m.edges))
+	}
+	m.costs = m.costs[:len(m.edges)]
+	for k := range m.edges {
+		m.costs[k] = noCost
+		if m.has[k] && w.usable(m.edges[k]) {
+			m.costs[k] = w.cost(m.edges[k])
+		}
+	}
+	m.costW, m.costOK = w, true
+	return m.costs
+}
+
+// shortestPaths is ShortestPaths from src, on the transposed matrix (every
+// link u → v read as v → u) when reverse is set.
+func (m *Matrix) shortestPaths(w Weights, src wire.SiteID, maxHops int, noRelay func(wire.SiteID) bool, reverse bool) map[wire.SiteID][]wire.SiteID {
 	s, ok := m.index[src]
 	if !ok {
 		return nil
 	}
 	n := len(m.ids)
+	costs := m.costTable(w)
+	// Link u → v is costs[u*du+v*dv].
+	du, dv := n, 1
+	if reverse {
+		du, dv = 1, n
+	}
 	const none = -1
 	const inherit = -2
 	dist := make([][]time.Duration, maxHops+1)
@@ -264,15 +381,13 @@ func (m *Matrix) ShortestPaths(w Weights, src wire.SiteID, maxHops int, noRelay 
 			if !reach[k-1][u] || (u != s && noRelay != nil && noRelay(m.ids[u])) {
 				continue
 			}
+			du0 := dist[k-1][u]
 			for v := 0; v < n; v++ {
-				if v == s || v == u || !m.has[u*n+v] {
+				c := costs[u*du+v*dv]
+				if c == noCost || v == s || v == u {
 					continue
 				}
-				e := m.edges[u*n+v]
-				if !w.usable(e) {
-					continue
-				}
-				d := dist[k-1][u] + w.cost(e)
+				d := du0 + c
 				if !reach[k][v] || d < dist[k][v] {
 					dist[k][v], reach[k][v], pred[k][v] = d, true, u
 				}
@@ -289,38 +404,6 @@ func (m *Matrix) ShortestPaths(w Weights, src wire.SiteID, maxHops int, noRelay 
 		}
 	}
 	return out
-}
-
-// ShortestPathsTo returns, for every site that reaches dst in at most
-// maxHops links, its best path to dst (the hops after it, ending with
-// dst): the return paths of ShortestPaths, all from one computation on the
-// transposed matrix rather than one per source.
-func (m *Matrix) ShortestPathsTo(w Weights, dst wire.SiteID, maxHops int, noRelay func(wire.SiteID) bool) map[wire.SiteID][]wire.SiteID {
-	rev := m.transposed().ShortestPaths(w, dst, maxHops, noRelay)
-	out := make(map[wire.SiteID][]wire.SiteID, len(rev))
-	for src, p := range rev {
-		// p is dst → p[0] → … → src in the transpose, so src → … → p[0]
-		// → dst here.
-		back := make([]wire.SiteID, 0, len(p))
-		for i := len(p) - 2; i >= 0; i-- {
-			back = append(back, p[i])
-		}
-		out[src] = append(back, dst)
-	}
-	return out
-}
-
-// transposed returns m with every link reversed (u → v becomes v → u,
-// with the same metrics).
-func (m *Matrix) transposed() *Matrix {
-	n := len(m.ids)
-	t := &Matrix{ids: m.ids, index: m.index, edges: make([]Edge, n*n), has: make([]bool, n*n)}
-	for u := 0; u < n; u++ {
-		for v := 0; v < n; v++ {
-			t.edges[v*n+u], t.has[v*n+u] = m.edges[u*n+v], m.has[u*n+v]
-		}
-	}
-	return t
 }
 
 // walk rebuilds the path to v from the predecessor layers, removing any

@@ -215,6 +215,10 @@ type Router struct {
 	addrs     map[wire.SiteID]netip.AddrPort
 	dirty     bool
 	matrix    *Matrix
+	// deadline is NextDeadline's answer, good while deadlineOK (until
+	// the next Update).
+	deadline   time.Time
+	deadlineOK bool
 	// doubt holds, during an Update, the sites that a suspect link leads
 	// to from this site (maybe dead: never relay through them), and
 	// spare the best paths on the matrix without suspect links.
@@ -313,7 +317,7 @@ func (r *Router) usable(m *Matrix, p []wire.SiteID) (Metrics, bool) {
 // at now, with addrs the underlay addresses of the live members. It returns
 // the switches made and publishes a new Table if anything changed.
 func (r *Router) Update(now time.Time, m *Matrix, addrs map[wire.SiteID]netip.AddrPort) []Switch {
-	r.matrix = m
+	r.matrix, r.deadlineOK = m, false
 	best := m.ShortestPaths(r.cfg.Weights, r.self, r.cfg.MaxHops, r.noRelay)
 	r.spareRoutes(m)
 	rates := r.cfg.Bulk.Enabled && m.HasRates()
@@ -587,6 +591,15 @@ func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, kind installKi
 // NextDeadline returns the earliest time a pending switch may happen (zero
 // if none is pending), so that the caller can tick then.
 func (r *Router) NextDeadline() time.Time {
+	if !r.deadlineOK {
+		r.deadline, r.deadlineOK = r.computeDeadline(), true
+	}
+	return r.deadline
+}
+
+// computeDeadline is NextDeadline, looking at every destination; only
+// Update changes what it depends on.
+func (r *Router) computeDeadline() time.Time {
 	var t time.Time
 	for _, d := range r.dests {
 		var at time.Time

@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -750,5 +751,53 @@ func TestCollapseIsNotDamped(t *testing.T) {
 		if left := slices.Equal(path(r, 3), l.relay); left != c.leaves {
 			t.Errorf("rise %v within the damping: left the path %v, want %v", c.rise, left, c.leaves)
 		}
+	}
+}
+
+// TestReusedMatrixIsLikeANewOne: a matrix built in the memory of another
+// (Reuse), over other sites and with rows set through Row in any order,
+// holds exactly the links set on it, and its shortest paths follow a link
+// set after the last computation.
+func TestReusedMatrixIsLikeANewOne(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	old := randomNet(rng, 14).matrix()
+	old.ShortestPaths(Weights{}, 1, 3, nil) // fills the cost cache
+	tn := randomNet(rng, 10)
+	want := tn.matrix()
+	ids := want.Sites()
+	got := Reuse(old, ids)
+	for _, from := range ids {
+		row, ok := got.Row(from)
+		if !ok {
+			t.Fatalf("no row for %v", from)
+		}
+		order := slices.Clone(ids)
+		if from%2 == 0 { // some rows out of order
+			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		}
+		for _, to := range order {
+			if e, ok := want.Edge(from, to); ok {
+				row.Set(to, e)
+			}
+		}
+		row.Set(99, Edge{Delay: ms}) // not a site: ignored
+	}
+	for _, from := range ids {
+		for _, to := range append(slices.Clone(ids), 11, 14) {
+			we, wok := want.Edge(from, to)
+			ge, gok := got.Edge(from, to)
+			if wok != gok || we != ge {
+				t.Fatalf("%v -> %v: reused %v %v, new %v %v", from, to, ge, gok, we, wok)
+			}
+		}
+	}
+	for src := wire.SiteID(1); src <= 10; src++ {
+		if w, g := want.ShortestPaths(Weights{}, src, 3, nil), got.ShortestPaths(Weights{}, src, 3, nil); !maps.EqualFunc(w, g, slices.Equal) {
+			t.Fatalf("from %v: reused %v, new %v", src, g, w)
+		}
+	}
+	got.Set(1, 2, Edge{Delay: -time.Hour}) // after a computation
+	if p := got.ShortestPaths(Weights{}, 1, 3, nil)[2]; !slices.Equal(p, []wire.SiteID{2}) {
+		t.Fatalf("1 -> 2 by %v after a link of -1 h was set; want direct", p)
 	}
 }

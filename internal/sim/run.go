@@ -30,6 +30,9 @@ type ScaleOptions struct {
 	// Progress, when not nil, is called with the simulated time every
 	// simulated 10 s.
 	Progress func(elapsed time.Duration)
+	// Done, when not nil, is called at the end of the measured window,
+	// while the whole overlay is still in memory (for a heap profile).
+	Done func()
 }
 
 // ScaleReport is what a scaling run measured.
@@ -123,6 +126,9 @@ func RunScale(o ScaleOptions) ScaleReport {
 	first := n.snapTraffic()
 	refreshes := n.refreshes()
 	n.runProgress(o.Steady, o.Progress)
+	if o.Done != nil {
+		o.Done()
+	}
 	tr := n.trafficSince(first, o.Steady)
 	rep.ControlKbit, rep.ControlKbitMax, rep.ControlByType, rep.DatagramsPerSite = tr.MeanKbit, tr.MaxKbit, tr.ByType, tr.Datagrams
 	rep.RouteChanges = len(n.Changes) - before

@@ -522,8 +522,8 @@ func (n *Net) recordRoutes(s *Site, t *routing.Table) {
 		if !slices.Equal(from, to) {
 			c := RouteChange{At: n.now, Site: s.Name, Dest: id, From: from, To: to}
 			if from != nil && to != nil && s.Node != nil {
-				if ex, err := s.Node.Why(n.now, n.nameOf(id)); err == nil {
-					c.Reason = ex.LastSwitch.Reason
+				if sw, ok := s.Node.LastSwitch(id); ok {
+					c.Reason = sw.Reason
 				}
 			}
 			n.Changes = append(n.Changes, c)

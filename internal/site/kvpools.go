@@ -250,20 +250,19 @@ func (c *Core) kvTick(now time.Time) {
 	alive := map[wire.SiteID]bool{}
 	var n uint32
 	var d uint64
-	for _, m := range c.node.Members() {
-		if m.Self || m.State != control.StateAlive.String() {
-			continue
-		}
-		alive[m.ID] = true
-		if !c.kv.alive[m.ID] {
-			c.kvSendAll(now, m.ID)
+	ids := c.node.AliveMembers()
+	slices.Sort(ids)
+	for _, id := range ids {
+		alive[id] = true
+		if !c.kv.alive[id] {
+			c.kvSendAll(now, id)
 		}
 		if digest {
 			if n == 0 && d == 0 {
 				n, d = c.kvDigest()
 			}
 			c.kv.digests++
-			c.kvSendMsg(now, m.ID, wire.AppendKVDigest(nil, c.node.ID(), n, d))
+			c.kvSendMsg(now, id, wire.AppendKVDigest(nil, c.node.ID(), n, d))
 		}
 	}
 	c.kv.alive = alive
@@ -298,8 +297,8 @@ func (c *Core) kvSend(now time.Time, to wire.SiteID, r kvRecord) {
 // kvSendMsg sends a control message to a member: sealed, or as it is on
 // an overlay in the clear.
 func (c *Core) kvSendMsg(now time.Time, to wire.SiteID, msg []byte) {
-	addr, ok := c.memberAddrs()[to]
-	if !ok {
+	addr, ok := c.node.MemberAddr(to)
+	if !ok || !addr.IsValid() {
 		return
 	}
 	d := []Datagram{{To: addr, Payload: msg}}
@@ -337,7 +336,7 @@ func (c *Core) onKVClear(now time.Time, from netip.AddrPort, pkt []byte) {
 		return
 	}
 	sender := wire.SiteID(uint32(pkt[4])<<24 | uint32(pkt[5])<<16 | uint32(pkt[6])<<8 | uint32(pkt[7]))
-	if addr, ok := c.memberAddrs()[sender]; !ok || addr != from {
+	if addr, ok := c.node.MemberAddr(sender); !ok || !addr.IsValid() || addr != from {
 		c.kv.refused++
 		return
 	}

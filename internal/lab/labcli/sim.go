@@ -6,6 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -52,6 +55,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	events := fs.Bool("events", false, "after the window, slow 5 idle links, then 5 busy ones, and kill the busiest relay")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	memProfile := fs.String("memprofile", "", "write a heap profile at the end of the run to this file (go tool pprof)")
 	if _, _, err := parseArgs(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -76,6 +81,20 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sim: %s, %s: %v simulated in %v\n", t.Name, *scheme, el, time.Since(start).Round(time.Second))
 		}
 	}
+	if *cpuProfile != "" {
+		stop, err := startProfile(*cpuProfile)
+		if err != nil {
+			return fail(stderr, "sim", err)
+		}
+		defer stop()
+	}
+	if *memProfile != "" {
+		opt.Done = func() {
+			if err := writeHeapProfile(*memProfile); err != nil {
+				fmt.Fprintf(stderr, "sim: %v\n", err)
+			}
+		}
+	}
 	rep := sim.RunScale(opt)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -87,6 +106,37 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	}
 	printSim(stdout, rep)
 	return 0
+}
+
+// startProfile writes a CPU profile to path until the returned function
+// is called.
+func startProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
+// writeHeapProfile writes the live heap to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--memprofile: %w", err)
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		return fmt.Errorf("--memprofile: %w", err)
+	}
+	return nil
 }
 
 // printSim prints a report for people.
