@@ -10,12 +10,15 @@
 #
 #   usage: scripts/bench-scale.sh        (SCALE_SWEEP=1 for the sweep)
 #
-# No root, no network: the simulator runs in one process. It is long: 100
-# sites take about 4 s of a core per simulated second, and a route
-# computation grows faster than N², so 300 sites for 10 simulated minutes
-# take hours (docs/scaling.md, "What remains"), which is why make bench
-# runs 100 sites for one minute; SCALE_SITES and SCALE_MINUTES change the
-# main run (SCALE_SITES=300 SCALE_MINUTES=10 for the issue's size).
+# No root, no network: the simulator runs in one process. It is long, and
+# its cost grows as N³ (N sites, each with an N² route computation and N²
+# link-state entries; time and memory per size in docs/scaling.md, "The
+# simulator at 300 sites"): 300 sites for 10 simulated minutes take hours
+# and 15 GB, so make bench runs 100 sites for one minute, and
+# SCALE_SITES and SCALE_MINUTES change the main run (SCALE_SITES=300
+# SCALE_MINUTES=10 for the issue's size). GOMEMLIMIT defaults to three
+# quarters of the machine's memory, so that the collector works harder
+# rather than the kernel killing a large run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lab=${DETOUR_LAB_BIN:-$PWD/bin/detour-lab}
@@ -23,6 +26,10 @@ lab=${DETOUR_LAB_BIN:-$PWD/bin/detour-lab}
 out=results/scale-$(date -u +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 topo=${SCALE_TOPOLOGY:-azure}
+if [ -z "${GOMEMLIMIT:-}" ]; then
+	kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
+	export GOMEMLIMIT=$((kb * 3 / 4 / 1024))MiB
+fi
 
 run() { # run SCHEME SITES MINUTES
 	echo "== $topo, $2 sites, scheme $1, $3 simulated minutes"

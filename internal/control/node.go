@@ -299,7 +299,7 @@ func (n *Node) memberTimerFired(now time.Time) bool {
 			continue
 		}
 		lr := m.link.LastReply()
-		for _, at := range [3]time.Time{m.lastHeard.Add(n.downAfter(m)), n.afterReply(lr, m.link.DownAfter()), n.afterReply(lr, n.suspectAfter(m))} {
+		for _, at := range [3]time.Time{m.lastHeard.Add(n.downAfter(m)), afterReply(lr, m.link.DownAfter()), afterReply(lr, n.suspectAfter(m))} {
 			switch {
 			case at.IsZero() || !at.After(n.lastRefresh):
 			case !at.After(now):
@@ -326,7 +326,7 @@ func maxTime(a, b time.Time) time.Time {
 
 // afterReply is the time d after a link's last reply lr, or zero when
 // there was none or d is not positive (the timer is off).
-func (n *Node) afterReply(lr time.Time, d time.Duration) time.Time {
+func afterReply(lr time.Time, d time.Duration) time.Time {
 	if lr.IsZero() || d <= 0 {
 		return time.Time{}
 	}

@@ -312,12 +312,13 @@ func (n *Node) flood(o *member, pkt []byte) {
 // that report a working link to target.
 func (n *Node) designatedForwarder(origin, target wire.SiteID) bool {
 	lower := 0
+	up := n.db.Cursor(origin) // members come sorted by ID
 	for _, c := range n.sortedMembers() {
 		if c.id >= n.self || lower >= floodFanout {
 			break
 		}
 		if c.id != origin && c.id != target && c.state == StateAlive &&
-			n.db.ReportsUp(origin, c.id) && n.db.ReportsUp(c.id, target) {
+			up.Up(c.id) && n.db.ReportsUp(c.id, target) {
 			lower++
 		}
 	}
