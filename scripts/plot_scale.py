@@ -12,12 +12,15 @@ usage: plot_scale.py DIR OUT.png [COMPUTED.json]
 import glob
 import json
 import os
+import re
 import sys
 
 
 def load(d):
     rows = []
     for f in sorted(glob.glob(os.path.join(d, "*.json"))):
+        if not re.fullmatch(r"(old|new)-\d+\.json", os.path.basename(f)):
+            continue  # other runs kept beside them (in-band, jitter, loss)
         try:
             r = json.load(open(f))
         except (OSError, ValueError):
