@@ -72,8 +72,9 @@ func NewMatrix(ids []wire.SiteID) *Matrix {
 
 // Reuse returns a matrix over the given sites with no links, built in the
 // memory of spare (nil: new memory), which must no longer be used: a
-// site that recomputes its routes every second keeps two matrices and
-// alternates, instead of allocating N² links each time.
+// site that recomputes its routes several times a second builds each
+// matrix in the one its router let go of, instead of allocating N² links
+// each time.
 func Reuse(spare *Matrix, ids []wire.SiteID) *Matrix {
 	m := spare
 	if m == nil {
