@@ -9,10 +9,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
 	"syscall"
 
 	"github.com/detour-overlay/detour/internal/agent"
+	"github.com/detour-overlay/detour/internal/cli/command"
 	"github.com/detour-overlay/detour/internal/config"
 	"github.com/detour-overlay/detour/internal/runstate"
 )
@@ -118,18 +118,10 @@ func reportPreflight(stdout io.Writer, path string, cfg *config.Agent) int {
 // harness profiles agents that the testbed starts: it sets
 // DETOUR_CPUPROFILE_DIR in their environment.
 func startCPUProfile(file string, log *slog.Logger) func() {
-	f, err := os.Create(file)
+	stop, err := command.StartCPUProfile(file)
 	if err != nil {
 		log.Warn("cpu profile", "err", err)
 		return func() {}
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		log.Warn("cpu profile", "err", err)
-		f.Close()
-		return func() {}
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	}
+	return stop
 }

@@ -467,13 +467,10 @@ func (n *Node) computeDeadline() time.Time {
 			earlier(m.nextProbe)
 		}
 		if m.state == StateAlive && !timers {
+			lr := m.link.LastReply()
 			earlier(m.lastHeard.Add(n.downAfter(m)))
-			if lr := m.link.LastReply(); !lr.IsZero() {
-				earlier(lr.Add(m.link.DownAfter()))
-				if s := n.suspectAfter(m); s > 0 {
-					earlier(lr.Add(s))
-				}
-			}
+			earlier(afterReply(lr, m.link.DownAfter()))
+			earlier(afterReply(lr, n.suspectAfter(m)))
 		}
 	}
 	earlier(n.orig.NextDue())

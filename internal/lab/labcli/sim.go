@@ -82,7 +82,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *cpuProfile != "" {
-		stop, err := startProfile(*cpuProfile)
+		stop, err := command.StartCPUProfile(*cpuProfile)
 		if err != nil {
 			return fail(stderr, "sim", err)
 		}
@@ -106,23 +106,6 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	}
 	printSim(stdout, rep)
 	return 0
-}
-
-// startProfile writes a CPU profile to path until the returned function
-// is called.
-func startProfile(path string) (func(), error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	}, nil
 }
 
 // writeHeapProfile writes the live heap to path.
