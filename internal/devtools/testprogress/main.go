@@ -1,9 +1,12 @@
 // Command testprogress reads the events of `go test -json` on its standard
 // input and prints the progress of a long test run: each top-level test as
 // it passes, fails or is skipped, with the time since the start; every 30
-// s the tests still running; the full output of each failed test; and go
+// s the tests still running; the full output of each failed test; go
 // test's own package lines ("ok", "FAIL", build errors) unchanged, so that
-// readers of plain go test output still find them. `make test` runs it.
+// readers of plain go test output still find them; and at the end, again,
+// each failed test with the last lines of its output, so that a reader of
+// only the tail of a long log (a CI page) sees what failed. `make test`
+// runs it.
 //
 // Usage: go test -json ./... | go run ./internal/devtools/testprogress
 package main
@@ -52,7 +55,21 @@ type printer struct {
 	out map[[2]string][]string
 	// started is when each running top-level test began.
 	started map[[2]string]time.Time
+	// failed holds the failed top-level tests, for the summary.
+	failed []failure
 }
+
+// failure is one failed top-level test: its name, package and the last
+// lines of its output.
+type failure struct {
+	test, pkg string
+	elapsed   float64
+	tail      []string
+}
+
+// summaryLines is how many of a failed test's last output lines the
+// summary repeats.
+const summaryLines = 12
 
 func newPrinter(w io.Writer, now func() time.Time) *printer {
 	return &printer{w: w, now: now, start: now(), out: map[[2]string][]string{}, started: map[[2]string]time.Time{}}
@@ -72,7 +89,25 @@ func (p *printer) run(r io.Reader) error {
 		}
 		p.handle(e)
 	}
+	p.summary()
 	return sc.Err()
+}
+
+// summary prints, when any test failed, each failed test again with the
+// last lines of its output.
+func (p *printer) summary() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.failed) == 0 {
+		return
+	}
+	fmt.Fprintf(p.w, "%s %d test(s) failed:\n", p.stamp(), len(p.failed))
+	for _, f := range p.failed {
+		fmt.Fprintf(p.w, "  FAIL %s (%.1fs) in %s, last lines:\n", f.test, f.elapsed, f.pkg)
+		for _, l := range f.tail {
+			io.WriteString(p.w, "    "+l)
+		}
+	}
 }
 
 // stamp is the prefix of a progress line: the wall time and the time since
@@ -120,9 +155,12 @@ func (p *printer) handle(e event) {
 		}
 		if e.Action == "fail" {
 			fmt.Fprintf(p.w, "%s FAIL %s (%.1fs) in %s; its output:\n", p.stamp(), top, e.Elapsed, e.Package)
-			for _, l := range p.out[key] {
+			out := p.out[key]
+			for _, l := range out {
 				io.WriteString(p.w, "    "+l)
 			}
+			tail := out[max(0, len(out)-summaryLines):]
+			p.failed = append(p.failed, failure{test: top, pkg: e.Package, elapsed: e.Elapsed, tail: tail})
 		} else {
 			fmt.Fprintf(p.w, "%s %s %s (%.1fs)\n", p.stamp(), e.Action, top, e.Elapsed)
 		}
