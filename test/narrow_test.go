@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,14 +29,22 @@ const (
 // 200 Mbit/s relayed path), and the 10 ms request/response stream beside
 // it must keep its idle median within 10 % (it stays on the direct path,
 // which the transfer left). The counters of flows received out of order
-// at East are logged. Throughput through the userspace emulator and three
-// agents depends on an otherwise idle machine, so those two bounds are the
-// bench's (DETOUR_TIMING_TESTS=1). In `make test` it asserts what only the
-// wide path explains: more than twice the narrow link's rate (a busy
-// machine gave 84 Mbit/s), and the stream's median within 50 % of idle
-// (vxlan's rose 18-122 % beside the transfer).
+// at East are logged. Throughput and latency through the userspace
+// emulator and three agents depend on an otherwise idle machine, so those
+// two bounds are the bench's (DETOUR_TIMING_TESTS=1). In `make test` it
+// asserts what only the wide path explains, more than twice the narrow
+// link's rate (a busy machine gave 84 Mbit/s), and the route behind it:
+// West's bulk path to East through Relay at the end of the transfer. The
+// stream's median is only bounded at twice idle there: on a busy CI
+// machine it rose 37-53 % with the stream on the empty direct path, from
+// the CPU the transfer takes; with a CPU hog beside the test the
+// transfer's first half second filled the narrow queue before its class
+// changed, the latency path left for the relay (where the transfer then
+// ran too) and came back 12 s later, the return hold (+72 %); vxlan's
+// stream, behind the transfer in the narrow queue, rose 18-122 %
+// (docs/bulk.md). No tighter bound tells these apart on a loaded machine.
 func TestNarrowBulkTakesTheWidePath(t *testing.T) {
-	minFactor, maxChange := 2.0, 0.5
+	minFactor, maxChange := 2.0, 1.0
 	if timingBounds() {
 		minFactor, maxChange = 5, 0.10
 	}
@@ -79,5 +88,24 @@ func TestNarrowBulkTakesTheWidePath(t *testing.T) {
 	if s.Change > maxChange {
 		t.Errorf("request/response median %.2f ms during the transfer, %.0f %% above idle %.2f ms (want within %.0f %%)", s.LoadP50, 100*s.Change, s.IdleP50, 100*maxChange)
 	}
+	checkNarrowRoutes(t, res.Overlays[0].Timeline)
 	t.Logf("flow frames received out of order at East: %d; probe bytes during the transfer: %d", s.Reordered, s.ProbeBytes)
+}
+
+// checkNarrowRoutes checks West's bulk path to East as the experiment
+// last polled it during the transfer: through Relay (a route without a
+// bulk path of its own sends bulk flows on its latency path).
+func checkNarrowRoutes(t *testing.T, timeline []narrow.Change) {
+	t.Helper()
+	if len(timeline) == 0 {
+		t.Fatal("no route of West's agent was polled during the transfer")
+	}
+	last := timeline[len(timeline)-1]
+	bulk := last.Bulk
+	if len(bulk) == 0 {
+		bulk = last.Path
+	}
+	if !slices.Equal(bulk, []string{narrow.Relay, narrow.East}) {
+		t.Errorf("at the end of the transfer West's bulk flows to East take %v (latency path %v, bulk path %v), want through Relay", bulk, last.Path, last.Bulk)
+	}
 }

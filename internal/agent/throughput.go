@@ -38,13 +38,17 @@ const inbandFeed = 20 * time.Millisecond
 
 // feedInband hands the send stamps of the data packets this site was the
 // first receiver of to the control node, which sends them back to their
-// sources as samples of their links (control.Node.OnInband). It runs on
-// the control loop.
+// sources as samples of their links (control.Node.OnInband), and the
+// destinations of the flows that just became bulk (control.Node.
+// OnBulkMoved). It runs on the control loop.
 func (a *Agent) feedInband() {
 	now := a.clock.Now()
 	node := a.core.Control()
 	a.engine.Stats().Peers.Stamps(func(site wire.SiteID, rels []uint16) {
 		node.OnInband(now, site, rels)
+	})
+	a.engine.Stats().BulkMoves.Drain(func(dst wire.SiteID) {
+		node.OnBulkMoved(now, dst)
 	})
 }
 

@@ -259,3 +259,12 @@ func (n *Node) PathRate(p []wire.SiteID) (float64, bool) {
 
 // RateKindName names a rate kind of the wire (wire.RateKind*).
 func RateKindName(k uint8) string { return measure.RateKind(k).String() }
+
+// OnBulkMoved tells the node that its data path moved a flow to dst into
+// the bulk class at now (datapath.Stats.BulkMoves): a path to dst that
+// collapsed under that flow's queue may be taken again as soon as the
+// queue drains (routing.Router.BulkMoved).
+func (n *Node) OnBulkMoved(now time.Time, dst wire.SiteID) {
+	n.observe(now)
+	n.router.BulkMoved(now, dst)
+}

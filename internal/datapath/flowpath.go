@@ -85,6 +85,7 @@ func (g *egress) classify(dst wire.SiteID, rt *routing.Route, fr []byte) *egress
 		st.flowsBulk.Add(1)
 		if state == slotFound {
 			st.ClassChanges.Add(1)
+			st.BulkMoves.Add(dst)
 		}
 	}
 	if f.bulk {

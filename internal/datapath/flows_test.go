@@ -3,6 +3,7 @@ package datapath
 import (
 	"encoding/binary"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,6 +93,11 @@ func TestFlowBecomesBulkAfterThresholdAndTakesBulkPath(t *testing.T) {
 	if s.ClassChanges.Load() != 1 || lat != 1 || bulk != 1 || s.BulkFrames.Load() != 2 || s.LatencyFrames.Load() != 5 || s.BulkBytes.Load() != 2000 {
 		t.Errorf("class counters %v, flows %d latency %d bulk", s.Snapshot(), lat, bulk)
 	}
+	var moved []wire.SiteID
+	s.BulkMoves.Drain(func(dst wire.SiteID) { moved = append(moved, dst) })
+	if !slices.Equal(moved, []wire.SiteID{3}) {
+		t.Errorf("moves to bulk recorded for the router: %v, want [3]", moved)
+	}
 	// Even to a longer path, the move waits for the queue the flow may
 	// have built on the path it leaves (flowQueueAllowance).
 	if s.Holds.Load() != 1 || s.FlowHolds.Load() != 1 || s.Held.Load() != 1 {
@@ -114,6 +120,9 @@ func TestDSCPMakesAFlowBulkAtOnce(t *testing.T) {
 	if e.Stats().ClassChanges.Load() != 0 {
 		t.Error("a flow bulk from its first frame counted as a class change")
 	}
+	e.Stats().BulkMoves.Drain(func(dst wire.SiteID) {
+		t.Errorf("a flow bulk from its first frame recorded as moved to bulk (to %v)", dst)
+	})
 }
 
 func TestFlowClassesOffSendEverythingOnThePath(t *testing.T) {

@@ -58,6 +58,10 @@ type Stats struct {
 
 	// Peers counts the data received per previous hop (peerstats.go).
 	Peers PeerStats
+	// BulkMoves names the destination of each flow that became bulk
+	// after it started (each ClassChanges), for the router
+	// (routing.Router.BulkMoved).
+	BulkMoves SiteEvents
 }
 
 // Flows returns how many flows of each class are live, as of the last

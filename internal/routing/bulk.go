@@ -205,7 +205,13 @@ func (r *Router) selectBulk(now time.Time, m *Matrix, dst wire.SiteID, d *dest) 
 	gain := r.cfg.Bulk.MinGain
 	switch {
 	case d.bulk != nil && slices.Equal(d.bulk, d.path):
-		set(nil, "the latency path became the bulk path")
+		// The bulk flows stay on the path they were on, so this is no
+		// change for them and starts no damping: when the latency path
+		// leaves it again (as it does once a queue that a flow filled
+		// before it became bulk has drained), the bulk path is set back
+		// at once and the bulk flows do not follow the latency path.
+		d.bulk, r.dirty = nil, true
+		d.bulkReason = "the latency path became the bulk path"
 	case d.bulk != nil && cur == nil:
 		d.bulkRate = 0
 		if found && pathKnown && best.rate >= gain*pathRate && !slices.Equal(best.path, d.path) {

@@ -311,3 +311,38 @@ func TestBulkKeptWhenItsOwnQueueGrows(t *testing.T) {
 		t.Fatalf("a path beyond the bound chosen: %+v", b)
 	}
 }
+
+// TestBulkPathBackWhenTheLatencyPathLeavesIt: the narrow direct link
+// collapses (a flow filled it before it became bulk) and the latency path
+// moves onto the bulk path; when the direct link drains and the latency
+// path goes back to it, the bulk path is the relay again at once, not
+// after the flap damping, so the bulk flows never follow the latency path
+// onto the narrow link.
+func TestBulkPathBackWhenTheLatencyPathLeavesIt(t *testing.T) {
+	cfg := DefaultConfig()
+	tr := narrowTriangle()
+	r := NewRouter(cfg, 1)
+	now := t0
+	update := func(d time.Duration) {
+		for end := now.Add(d); now.Before(end); now = now.Add(100 * ms) {
+			r.Update(now, tr.matrix(), addrsOf(3))
+		}
+	}
+	update(cfg.MinSwitchInterval + time.Second) // the first choice is not damping the next
+	if b := bulkOf(t, r, 2); b == nil || b.Path[0] != 3 {
+		t.Fatalf("bulk %+v, want via 3", b)
+	}
+	tr.link(1, 2, 60*ms, 20e6) // the queue of the narrow link filled
+	update(time.Second)
+	rt, _ := r.Table().Lookup(2)
+	if !slices.Equal(rt.Path, []wire.SiteID{3, 2}) || rt.Bulk != nil {
+		t.Fatalf("latency path %v, bulk %+v; want the relay, with the bulk flows on it", rt.Path, rt.Bulk)
+	}
+	r.BulkMoved(now, 2) // the flow that filled it became bulk
+	tr.link(1, 2, 10*ms, 20e6)
+	update(time.Second)
+	rt, _ = r.Table().Lookup(2)
+	if !slices.Equal(rt.Path, []wire.SiteID{2}) || rt.Bulk == nil || !slices.Equal(rt.Bulk.Path, []wire.SiteID{3, 2}) {
+		t.Fatalf("latency path %v, bulk %+v; want direct, and the bulk flows still via 3", rt.Path, rt.Bulk)
+	}
+}

@@ -189,7 +189,14 @@ type dest struct {
 	bestCost     time.Duration // the lowest cost of path since it was installed
 	leftPath     []wire.SiteID // the path before the last switch, if it died or got worse
 	leftAt       time.Time     // when it was left
-	last         Switch
+	// leftCollapsed says that leftPath was left because it collapsed,
+	// bulkMovedAt when this site's data path last moved a flow to bulk
+	// (BulkMoved), and excused that the pending switch is a return that
+	// excuse allows undamped.
+	leftCollapsed bool
+	bulkMovedAt   time.Time
+	excused       bool
+	last          Switch
 	// backup is the best path avoiding the suspect links and sites while
 	// path is in doubt, nil otherwise.
 	backup []wire.SiteID
@@ -413,6 +420,7 @@ func (r *Router) selectRoute(now time.Time, m *Matrix, id wire.SiteID, bp []wire
 	}
 	d.pendingHold = r.holdFor(gain, bm)
 	d.collapsed = r.collapsed(d, cm)
+	d.excused = r.excuse(d, bp)
 	if d.collapsed && d.pendingHold <= r.cfg.Hold {
 		// Not for a near tie, which holds NearTieHold: a collapsed
 		// path that only just lost has not lost much.
@@ -424,12 +432,15 @@ func (r *Router) selectRoute(now time.Time, m *Matrix, id wire.SiteID, bp []wire
 	if now.Sub(d.pendingSince) < d.pendingHold {
 		return Switch{}, false
 	}
-	if r.damped(now, d) && !d.collapsed {
+	if r.damped(now, d) && !d.collapsed && !d.excused {
 		return Switch{}, false
 	}
 	reason := fmt.Sprintf("better by %v for %v", gain.Round(time.Microsecond), now.Sub(d.pendingSince))
 	if d.collapsed {
 		reason = fmt.Sprintf("%s %v above its best: %s", CollapseReason, (cm.Cost - d.bestCost).Round(time.Microsecond), reason)
+	}
+	if d.excused {
+		reason = fmt.Sprintf("back to the path its own bulk flows had filled (they left it %v from its collapse): %s", d.bulkMovedAt.Sub(d.leftAt).Round(time.Millisecond), reason)
 	}
 	return r.install(now, d, bp, installDamped, reason), true
 }
@@ -523,7 +534,38 @@ const CollapseFloor = 2 * time.Millisecond
 // returning reports whether p is a path that d left because it got worse,
 // less than ReturnWindow ago.
 func (r *Router) returning(now time.Time, d *dest, p []wire.SiteID) bool {
-	return d.leftPath != nil && now.Sub(d.leftAt) < r.cfg.ReturnWindow && slices.Equal(p, d.leftPath)
+	return d.leftPath != nil && now.Sub(d.leftAt) < r.cfg.ReturnWindow && slices.Equal(p, d.leftPath) && !r.excuse(d, p)
+}
+
+// BulkMoved tells the router that the data path has just (at now) moved
+// a flow to dst into the bulk class (datapath.Stats.BulkMoves): its
+// packets leave the route's path for the bulk path, if there is one.
+func (r *Router) BulkMoved(now time.Time, dst wire.SiteID) {
+	if d := r.dests[dst]; d != nil {
+		d.bulkMovedAt = now
+		r.deadlineOK = false
+	}
+}
+
+// BulkExcuseWindow is how close to the collapse of a path a flow moving
+// to bulk must be for excuse.
+const BulkExcuseWindow = 2 * time.Second
+
+// excuse reports whether a switch of d to p is a return to the path d left
+// because it collapsed, within BulkExcuseWindow of a flow of this site
+// moving to bulk. A flow becomes bulk by sending much, so the queue it
+// filled on the fastest path is often what collapsed that path, and the
+// flow has now left it: the path is expected back as soon as its queue
+// drains. Neither the return hold (meant for external loads that pause
+// and resume) nor flap damping holds such a return; a path that stays
+// loaded is not better and is not returned to, and a later collapse, far
+// from a class change, is held as usual.
+func (r *Router) excuse(d *dest, p []wire.SiteID) bool {
+	if !d.leftCollapsed || d.bulkMovedAt.IsZero() || !slices.Equal(p, d.leftPath) {
+		return false
+	}
+	gap := d.bulkMovedAt.Sub(d.leftAt)
+	return gap <= BulkExcuseWindow && gap >= -BulkExcuseWindow
 }
 
 // damped reports whether flap damping still forbids an unforced switch of
@@ -561,7 +603,7 @@ func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, kind installKi
 	d.prevPath, d.prevDelay = nil, 0
 	if d.path != nil {
 		d.switches++
-		d.leftPath, d.leftAt = nil, now
+		d.leftPath, d.leftAt, d.leftCollapsed = nil, now, d.collapsed
 		pm, ok := r.matrix.Measure(r.cfg.Weights, r.self, d.path)
 		if ok {
 			d.prevPath, d.prevDelay = d.path, pm.Delay+r.cfg.HoldMargin
@@ -582,7 +624,7 @@ func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, kind installKi
 	if kind == installDamped {
 		d.lastSwitch = now
 	}
-	d.pendingSince, d.directSince, d.collapsed = time.Time{}, time.Time{}, false
+	d.pendingSince, d.directSince, d.collapsed, d.excused = time.Time{}, time.Time{}, false, false
 	d.last = s
 	r.dirty = true
 	return s
@@ -615,7 +657,7 @@ func (r *Router) computeDeadline() time.Time {
 		default:
 			continue
 		}
-		if r.cfg.MinSwitchInterval > 0 && !d.lastSwitch.IsZero() && !d.collapsed {
+		if r.cfg.MinSwitchInterval > 0 && !d.lastSwitch.IsZero() && !d.collapsed && !d.excused {
 			at = maxTime(at, d.lastSwitch.Add(r.cfg.MinSwitchInterval))
 		}
 		if t.IsZero() || at.Before(t) {

@@ -759,6 +759,52 @@ func TestCollapseIsNotDamped(t *testing.T) {
 	}
 }
 
+// TestBulkMoveExcusesTheReturn: a path left because it collapsed is
+// taken again after Hold, despite the return hold and the damping, once
+// its queue drains, when a flow of this site moved to bulk within
+// BulkExcuseWindow of the collapse (the flow filled the queue and has left
+// it); without such a move, or with one far from the collapse, the return
+// waits as before, and so does a later collapse.
+func TestBulkMoveExcusesTheReturn(t *testing.T) {
+	cfg := DefaultConfig()
+	for _, c := range []struct {
+		name  string
+		move  time.Duration // when the flow moved, from the collapse; < 0: never
+		quick bool
+	}{{"moved at the collapse", 0, true}, {"moved 1.5 s later", 1500 * ms, true}, {"no move", -1, false}, {"moved 5 s later", 5 * time.Second, false}} {
+		l := newLeonRun(t, 5*ms, "direct")
+		tn, r := l.tn, l.r
+		tn.d[0][2] = 40 * ms // the flow fills the direct link's queue
+		l.step(cfg.Hold + 200*ms)
+		if !slices.Equal(path(r, 3), l.relay) || !strings.Contains(r.dests[3].last.Reason, CollapseReason) {
+			t.Fatalf("%s: path %v (%q), want the relay after a collapse", c.name, path(r, 3), r.dests[3].last.Reason)
+		}
+		leftAt := r.dests[3].leftAt
+		if c.move >= 0 {
+			l.step(leftAt.Add(c.move).Sub(l.now))
+			r.BulkMoved(l.now, 3)
+		}
+		tn.d[0][2] = 5 * ms // drained
+		l.step(cfg.Hold + 200*ms)
+		if back := slices.Equal(path(r, 3), l.direct); back != c.quick {
+			t.Errorf("%s: back on the direct path %v after the queue drained, want %v (%q)", c.name, back, c.quick, r.dests[3].last.Reason)
+		}
+		if !c.quick {
+			continue
+		}
+		// The same path collapses again, far from any move to bulk: the
+		// return waits for the return hold.
+		l.step(cfg.MinSwitchInterval)
+		tn.d[0][2] = 40 * ms
+		l.step(cfg.Hold + 200*ms)
+		tn.d[0][2] = 5 * ms
+		l.step(cfg.Hold + 200*ms)
+		if !slices.Equal(path(r, 3), l.relay) {
+			t.Errorf("%s: a second collapse, %v after the move to bulk, was returned from at once (%q)", c.name, l.now.Sub(r.dests[3].bulkMovedAt), r.dests[3].last.Reason)
+		}
+	}
+}
+
 // TestReusedMatrixIsLikeANewOne: a matrix built in the memory of another
 // (Reuse), over other sites and with rows set through Row in any order,
 // holds exactly the links set on it, and its shortest paths follow a link
