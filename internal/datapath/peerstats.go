@@ -28,16 +28,10 @@ type peerSlot struct {
 	site    atomic.Uint32
 	bytes   atomic.Uint64
 	packets atomic.Uint64
-	// The send stamps of the packets this site is the first receiver of
-	// (see Stamp): a ring of stampRing entries, each the entry's index
-	// plus one in the high 32 bits and the stamp difference in the low
-	// 16, and the index of the next entry. nextStamp spaces the entries.
-	stamps    [stampRing]atomic.Uint64
-	stampHead atomic.Uint32
+	// The stamp differences of the packets this site is the first
+	// receiver of (see Stamp); nextStamp spaces them.
+	stamps    eventRing
 	nextStamp atomic.Int64
-	// stampRead is the index of the next entry to read; only the reader
-	// (Stamps) touches it.
-	stampRead uint32
 }
 
 // stampRing is how many in-band samples a slot holds between two reads,
@@ -45,7 +39,7 @@ type peerSlot struct {
 // hop: a ring is full after 80 ms of traffic, and the reader drains it
 // more often than that.
 const (
-	stampRing    = 16
+	stampRing    = eventRingSize
 	StampSpacing = 5 * time.Millisecond
 )
 
@@ -114,8 +108,7 @@ func (s *peerSlot) stamp(rx int64, stamp uint16) {
 	if rx < next || !s.nextStamp.CompareAndSwap(next, rx+int64(StampSpacing)) {
 		return
 	}
-	i := s.stampHead.Add(1) - 1
-	s.stamps[i%stampRing].Store(uint64(i+1)<<32 | uint64(wire.StampOf(rx)-stamp))
+	s.stamps.put(uint32(wire.StampOf(rx) - stamp))
 }
 
 // Stamps hands fn, for each previous hop with samples recorded since the
@@ -126,24 +119,11 @@ func (p *PeerStats) Stamps(fn func(site wire.SiteID, rels []uint16)) {
 	var buf [stampRing]uint16
 	for i := range p.slots {
 		s := &p.slots[i]
-		head := s.stampHead.Load()
-		if head == s.stampRead {
-			continue
-		}
-		from := s.stampRead
-		if head-from > stampRing {
-			from = head - stampRing
-		}
 		n := 0
-		for j := from; j != head; j++ {
-			// An entry being written (its index not yet stored) or
-			// already overwritten by a newer one is skipped.
-			if e := s.stamps[j%stampRing].Load(); uint32(e>>32) == j+1 {
-				buf[n] = uint16(e)
-				n++
-			}
-		}
-		s.stampRead = head
+		s.stamps.drain(func(v uint32) {
+			buf[n] = uint16(v)
+			n++
+		})
 		if n > 0 {
 			fn(wire.SiteID(s.site.Load()), buf[:n])
 		}

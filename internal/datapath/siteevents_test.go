@@ -29,7 +29,7 @@ func TestSiteEventsDrainOnceInOrder(t *testing.T) {
 		t.Fatalf("drained again: %v", got)
 	}
 	var want []wire.SiteID
-	for i := range siteEventRing + 10 {
+	for i := range eventRingSize + 10 {
 		e.Add(wire.SiteID(100 + i))
 		if i >= 10 {
 			want = append(want, wire.SiteID(100+i))
