@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/detour-overlay/detour/internal/fdb"
 	"github.com/detour-overlay/detour/internal/frame"
 	"github.com/detour-overlay/detour/internal/kv/memcache"
+	"github.com/detour-overlay/detour/internal/kv/replica"
 	"github.com/detour-overlay/detour/internal/kv/router"
 	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/wire"
@@ -184,15 +186,7 @@ func TestKVPassiveAndSiteDown(t *testing.T) {
 		}
 	}
 	w := router.NewWorker()
-	vmac := router.VirtualMAC(netip.MustParseAddr("10.20.0.250"))
-	req := []byte("\x00\x01\x00\x00\x00\x01\x00\x00get " + key + "\r\n")
-	b := make([]byte, 42+len(req))
-	frame.PutEthernet(b, vmac[:], []byte{0x52, 0, 0, 0, 0, 5}, false, 0, frame.EtherTypeIPv4)
-	frame.PutIPv4(b[14:], 0, 28+len(req), 0, 0, 64, frame.ProtoUDP, []byte{10, 20, 0, 5}, []byte{10, 20, 0, 250})
-	binary.BigEndian.PutUint16(b[34:], 5000)
-	binary.BigEndian.PutUint16(b[36:], 11211)
-	binary.BigEndian.PutUint16(b[38:], uint16(8+len(req)))
-	copy(b[42:], req)
+	b := kvGet(key, 1)
 	sec := int64(time.Second)
 	tmpl := append([]byte(nil), b...)
 	if _, outs := w.Egress(tb, b, sec); len(outs) != 1 {
@@ -276,11 +270,34 @@ func TestKVPassiveAndSiteDown(t *testing.T) {
 	}
 }
 
-// kvReplyFrom builds a memcached UDP reply from server to client, as it
-// arrives over the overlay.
+// kvGet builds a memcached UDP get of key with request id id from the
+// client 10.20.0.5:5000 to the virtual address 10.20.0.250:11211.
+func kvGet(key string, id uint16) []byte {
+	vmac := router.VirtualMAC(netip.MustParseAddr("10.20.0.250"))
+	req := []byte("\x00\x00\x00\x00\x00\x01\x00\x00get " + key + "\r\n")
+	binary.BigEndian.PutUint16(req, id)
+	b := make([]byte, 42+len(req))
+	frame.PutEthernet(b, vmac[:], []byte{0x52, 0, 0, 0, 0, 5}, false, 0, frame.EtherTypeIPv4)
+	frame.PutIPv4(b[14:], 0, 28+len(req), 0, 0, 64, frame.ProtoUDP, []byte{10, 20, 0, 5}, []byte{10, 20, 0, 250})
+	binary.BigEndian.PutUint16(b[34:], 5000)
+	binary.BigEndian.PutUint16(b[36:], 11211)
+	binary.BigEndian.PutUint16(b[38:], uint16(8+len(req)))
+	copy(b[42:], req)
+	return b
+}
+
+// kvReplyFrom builds a memcached UDP reply to request 1 from server to
+// client, as it arrives over the overlay.
 func kvReplyFrom(t *testing.T, server, client netip.AddrPort) []byte {
+	return kvReplyID(t, server, client, 1)
+}
+
+// kvReplyID builds a memcached UDP reply to request id from server to
+// client, as it arrives over the overlay.
+func kvReplyID(t *testing.T, server, client netip.AddrPort, id uint16) []byte {
 	t.Helper()
-	payload := []byte("\x00\x01\x00\x00\x00\x01\x00\x00END\r\n")
+	payload := []byte("\x00\x00\x00\x00\x00\x01\x00\x00END\r\n")
+	binary.BigEndian.PutUint16(payload, id)
 	b := make([]byte, 42+len(payload))
 	frame.PutEthernet(b, []byte{0x52, 0, 0, 0, 0, 5}, []byte{0x52, 0, 0, 0, 0, 0x12}, false, 0, frame.EtherTypeIPv4)
 	s4, c4 := server.Addr().As4(), client.Addr().As4()
@@ -290,4 +307,95 @@ func kvReplyFrom(t *testing.T, server, client netip.AddrPort) []byte {
 	binary.BigEndian.PutUint16(b[38:], uint16(8+len(payload)))
 	copy(b[42:], payload)
 	return b
+}
+
+// A replica of a replicated shard that passive detection took out is
+// readmitted as a server of its own is, but by a copy: after the retry
+// interval the next read still goes to the replica that serves it, and
+// a copy to the one on trial, whose answer readmits it. (Before, such a
+// replica stayed out for good: its trial waited for a request that the
+// shard's chooser never sent it.)
+func TestKVReplicaReadmittedByTrialCopy(t *testing.T) {
+	lan, man := wire.SiteIDFromName("lan"), wire.SiteIDFromName("man")
+	local, remote := netip.MustParseAddrPort("10.20.0.11:11211"), netip.MustParseAddrPort("10.20.0.12:11211")
+	tb, err := router.New(router.Spec{Self: lan, Subnet: netip.MustParsePrefix("10.20.0.0/24"), Pools: []router.PoolSpec{{
+		Name: "objects", VIP: netip.MustParseAddrPort("10.20.0.250:11211"), Policy: replica.LocalFirst,
+		Shards: []router.ShardSpec{{Name: "s0", Weight: 1}},
+		Servers: []router.ServerSpec{
+			{Addr: local, Site: lan, Shard: 0},
+			{Addr: remote, Site: man, Shard: 0},
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tb.Pools()[0]
+	a := &Agent{log: slog.New(slog.DiscardHandler)}
+	ks := &kvServer{s: p.Servers[1], pool: p, retry: kvRetryMin}
+	routes := kvRoutes{up: map[wire.SiteID]bool{man: true}}
+	w := router.NewWorker()
+	// read sends get id at now and returns the sites its copies went to.
+	read := func(id uint16, now int64) []wire.SiteID {
+		t.Helper()
+		_, outs := w.Egress(tb, kvGet("photo", id), now)
+		var sites []wire.SiteID
+		for _, o := range outs {
+			sites = append(sites, o.Site)
+		}
+		return sites
+	}
+	// The local replica's MAC is not known yet: reads go to man, which
+	// does not answer; passive detection takes it out.
+	sec := int64(time.Second)
+	read(1, sec)
+	read(2, sec+int64(10*time.Millisecond))
+	a.kvWatch(ks, routes, sec+int64(60*time.Millisecond), false)
+	if ks.s.Usable() {
+		t.Fatal("the remote replica is still in after two reads unanswered for 60 ms")
+	}
+	p.Servers[0].SetMAC([6]byte{0x52, 0, 0, 0, 0, 0x11})
+	if got := read(3, sec+int64(100*time.Millisecond)); len(got) != 1 || got[0] != 0 {
+		t.Fatalf("with the remote replica out, a read went to %v, want only this site", got)
+	}
+	trial := sec + int64(60*time.Millisecond) + int64(kvRetryMin) + 1
+	a.kvWatch(ks, routes, trial, false)
+	got := read(4, trial+1)
+	if len(got) != 2 || !slices.Contains(got, man) || !slices.Contains(got, 0) {
+		t.Fatalf("after the retry interval a read went to %v, want this site and a copy to man", got)
+	}
+	if again := read(5, trial+2); len(again) != 1 || again[0] != 0 {
+		t.Fatalf("a second trial copy: %v", again)
+	}
+	a.kvWatch(ks, routes, trial+int64(10*time.Millisecond), false)
+	var in router.Inbound
+	in.Deliver(tb, kvReplyID(t, remote, netip.MustParseAddrPort("10.20.0.5:5000"), 4), trial+int64(20*time.Millisecond))
+	a.kvWatch(ks, routes, trial+int64(25*time.Millisecond), false)
+	if !ks.s.Usable() {
+		t.Fatal("not readmitted after the trial copy was answered")
+	}
+}
+
+// Over TCP, a reply still arriving is no silence: a server whose large
+// value takes longer than the passive wait to arrive stays in, and is
+// taken out only once the wait has passed since its last bytes.
+func TestKVPassiveWaitsForAReplyInProgress(t *testing.T) {
+	_, _, servers := kvTestServers(t)
+	a := &Agent{log: slog.New(slog.DiscardHandler)}
+	ks := servers[1]
+	routes := kvRoutes{up: map[wire.SiteID]bool{wire.SiteIDFromName("man"): true}}
+	sec := int64(time.Second)
+	ks.s.TCPRequest(sec)
+	ks.s.TCPRequest(sec + int64(time.Millisecond))
+	for i := int64(1); i <= 10; i++ { // the first reply's bytes, every 20 ms for 200 ms
+		now := sec + i*int64(20*time.Millisecond)
+		ks.s.TCPProgress(now)
+		a.kvWatch(ks, routes, now+int64(10*time.Millisecond), false)
+		if !ks.s.Usable() {
+			t.Fatalf("taken out %v into a reply that is arriving", time.Duration(now-sec))
+		}
+	}
+	last := sec + 10*int64(20*time.Millisecond)
+	a.kvWatch(ks, routes, last+int64(60*time.Millisecond), false)
+	if ks.s.Usable() {
+		t.Fatal("still in 60 ms after the server's last bytes, with two requests unanswered")
+	}
 }

@@ -207,6 +207,11 @@ type Replica struct {
 	// Usable is false while the replica is down (health, its site lost,
 	// drained); set by the caller before each choice.
 	Usable bool
+	// Trial is set by the caller for a replica that is down but may take
+	// one request to see whether it is back (a readmission trial): the
+	// next read's second copy goes to it, whatever the policy, and its
+	// reply only feeds the estimates.
+	Trial bool
 	// RTT is the round trip of the path the overlay uses to the
 	// replica's site (ns; 0 for this site), set by the caller.
 	RTT int64
@@ -344,16 +349,31 @@ type Decision struct {
 }
 
 // Choose picks the replica for a read of an expected size bytes at now
-// (-1 when no replica is usable) and, under Predicted, spends one
-// exploration token on a replica whose estimate for the size class is
-// older than ExploreAge.
+// (when none is usable, one on trial, else -1) and a second replica the read is also
+// sent to: one on trial (Replica.Trial), under any policy and without a
+// token; else, under Predicted, one whose estimate for the size class is
+// older than ExploreAge, for an exploration token.
 func (c *Chooser) Choose(size int, now int64) Decision {
 	c.Budget.fill(now)
 	d := Decision{Primary: c.Pick(size), Explore: -1}
-	if c.Policy == Predicted {
+	if d.Primary < 0 {
+		d.Primary = c.trial(-1) // none usable: one on trial takes the read
+		return d
+	}
+	if d.Explore = c.trial(d.Primary); d.Explore < 0 && c.Policy == Predicted {
 		d.Explore = c.explore(size, d.Primary, now)
 	}
 	return d
+}
+
+// trial returns the first replica on trial other than primary, or -1.
+func (c *Chooser) trial(primary int) int {
+	for i := range c.Replicas {
+		if r := &c.Replicas[i]; i != primary && r.Trial && !r.Usable {
+			return i
+		}
+	}
+	return -1
 }
 
 // Pick returns the replica the policy gives a read of size bytes (-1

@@ -211,6 +211,34 @@ func TestStaticPolicies(t *testing.T) {
 	}
 }
 
+// A replica down with a readmission trial armed gets a copy of the next
+// read under every policy, without an exploration token and before any
+// stale estimate; it takes the read itself only when no replica is
+// usable. A replica down without a trial gets nothing.
+func TestTrialCopy(t *testing.T) {
+	for _, policy := range []Policy{Predicted, LocalFirst, StaticZone, NearestRTT} {
+		c := tiers()
+		c.Policy = policy
+		c.Budget.exploreT = 0
+		c.Replicas[2].Usable = false
+		if d := c.Choose(1000, 0); d.Explore != -1 {
+			t.Errorf("%v: a copy to a replica down without a trial: %+v", policy, d)
+		}
+		c.Replicas[2].Trial = true
+		if d := c.Choose(1000, 0); d.Primary != c.Pick(1000) || d.Primary == 2 || d.Explore != 2 {
+			t.Errorf("%v: with replica 2 on trial: %+v, want its copy beside primary %d", policy, d, c.Pick(1000))
+		}
+		c.Replicas[0].Usable, c.Replicas[1].Usable = false, false
+		if d := c.Choose(1000, 0); d.Primary != 2 || d.Explore != -1 {
+			t.Errorf("%v: nothing usable but replica 2 on trial: %+v", policy, d)
+		}
+		c.Replicas[2].Trial = false
+		if d := c.Choose(1000, 0); d.Primary != -1 || d.Explore != -1 {
+			t.Errorf("%v: nothing usable and no trial: %+v", policy, d)
+		}
+	}
+}
+
 // Exploration keeps the other replicas' estimates fresh but stays within
 // its budget: ExploreRate per second + ExploreShare per read + the burst.
 func TestExplorationBound(t *testing.T) {

@@ -209,8 +209,34 @@ func (p *Pool) syncChooser(sh *Shard) {
 			r.Usable = false
 			s.needARP.Store(true)
 		}
+		r.Trial = !r.Usable && p.trialArmed(j)
 		r.RTT = s.PathRTT()
 	}
+}
+
+// trialArmed reports whether server j is down with a readmission trial
+// armed (Server.ArmTrial), its site reachable and not drained.
+func (p *Pool) trialArmed(j int) bool {
+	s := p.Servers[j]
+	return !p.Drained[j] && s.down.Load() && !s.siteDown.Load() && s.trial.Load() == trialArmed
+}
+
+// choose runs shard sh's chooser for a read of size bytes at now, with
+// no second copy unless second, and marks the trial of a replica it
+// sends the read to while down as taken (Replica.Trial). The caller
+// holds p.rep.mu.
+func (p *Pool) choose(sh *Shard, size int, now int64, second bool) replica.Decision {
+	c := sh.chooser
+	d := c.Choose(size, now)
+	if !second {
+		d.Explore = -1
+	}
+	for _, k := range [2]int{d.Primary, d.Explore} {
+		if k >= 0 && !c.Replicas[k].Usable {
+			p.Servers[sh.Replicas[k]].trial.CompareAndSwap(trialArmed, trialTaken)
+		}
+	}
+	return d
 }
 
 // countRead counts a read sent to server s by where it is.
@@ -395,10 +421,7 @@ func (w *Worker) routeShard(t *Table, p *Pool, f *frame.Frame, b []byte, inPlace
 		if !ok || ri.key == nil {
 			size = c.TypicalSize()
 		}
-		d := c.Choose(size, now)
-		if !track {
-			d.Explore = -1
-		}
+		d := p.choose(sh, size, now, track)
 		if d.Primary >= 0 {
 			targets[n] = d.Primary
 			n++

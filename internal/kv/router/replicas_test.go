@@ -335,6 +335,34 @@ func TestStaticPolicyRouting(t *testing.T) {
 	}
 }
 
+// With every replica of a shard down, its keys go to the failover, except
+// one read when a replica's readmission trial is armed: that read goes
+// to the replica on trial, as a server of its own would take it.
+func TestTrialWithTheShardDown(t *testing.T) {
+	tb := repTable(t, replica.LocalFirst)
+	p := tb.pools[0]
+	for j := 0; j < 3; j++ {
+		p.Servers[j].SetDown(true)
+	}
+	w := NewWorker()
+	key := keyOnShard(t, tb, 0, 0)
+	read := func(id uint16) []sent {
+		_, outs := w.Egress(tb, clientReq(id, []byte("get "+key+"\r\n")), int64(id)*ms)
+		return copies(t, outs)
+	}
+	failover := p.Servers[3].Addr
+	if got := read(1); len(got) != 1 || got[0].server != failover {
+		t.Fatalf("shard down, no trial: %+v", got)
+	}
+	p.Servers[2].ArmTrial()
+	if got := read(2); len(got) != 1 || got[0].server != repC || !p.Servers[2].TrialTaken() {
+		t.Fatalf("replica C on trial: %+v", got)
+	}
+	if got := read(3); len(got) != 1 || got[0].server != failover {
+		t.Fatalf("after the trial request: %+v", got)
+	}
+}
+
 // Requests never answered are given up after PendingTTL, so that they
 // stop counting as outstanding; a full table evicts and counts.
 func TestPendingExpiry(t *testing.T) {

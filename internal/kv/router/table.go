@@ -317,14 +317,29 @@ func (p *Pool) trialServer(o int) *Server {
 }
 
 // takeTrial reports whether shard o's server is down with a trial armed,
-// and if so marks the trial taken: the caller sends it the request.
+// and if so marks the trial taken: the caller sends it the request. For
+// a replicated shard it reports whether one of its replicas is armed;
+// its chooser gives that replica the request (Pool.choose).
 func (p *Pool) takeTrial(o int) bool {
+	if p.Shards[o].chooser != nil {
+		return p.replicaArmed(o)
+	}
 	s := p.trialServer(o)
 	return s != nil && s.down.Load() && !s.siteDown.Load() && s.trial.CompareAndSwap(trialArmed, trialTaken)
 }
 
-// onTrial reports whether shard o's server has taken its trial request.
+// replicaArmed reports whether a replica of shard o has a trial armed.
+func (p *Pool) replicaArmed(o int) bool {
+	return slices.ContainsFunc(p.Shards[o].Replicas, p.trialArmed)
+}
+
+// onTrial reports whether shard o's server has taken its trial request
+// or, for a replicated shard, whether a replica has one armed (its
+// chooser then gives it the request).
 func (p *Pool) onTrial(o int) bool {
+	if p.Shards[o].chooser != nil {
+		return p.replicaArmed(o)
+	}
 	s := p.trialServer(o)
 	return s != nil && s.TrialTaken()
 }

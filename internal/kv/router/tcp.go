@@ -370,3 +370,14 @@ func (s *Server) TCPRequest(now int64) {
 
 // TCPReply records a reply the terminator received from the server.
 func (s *Server) TCPReply(now int64) { s.replied(now) }
+
+// TCPProgress records bytes of a reply arriving from the server at now:
+// the server is alive, so passive detection's wait for the requests
+// still unanswered starts again. A large value may take longer than that
+// wait to arrive, and is not a server that does not answer.
+func (s *Server) TCPProgress(now int64) {
+	s.lastReply.Store(now)
+	if p := s.pendingSince.Load(); p != 0 && p < now {
+		s.pendingSince.CompareAndSwap(p, now)
+	}
+}

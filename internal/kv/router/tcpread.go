@@ -27,12 +27,13 @@ type ReadChoice struct {
 
 // ChooseRead picks the replica for a read of key at now: in a shard of
 // several replicas the pool's policy decides (spending an exploration
-// token when it asks for a copy elsewhere); in a shard of one, its
-// server if usable. It records nothing as sent: the caller calls
+// token when it asks for a copy elsewhere, or sending a copy to a
+// replica on trial); in a shard of one, its server if usable or taking
+// its readmission trial. It records nothing as sent: the caller calls
 // ReadSent for each copy it writes.
 func (p *Pool) ChooseRead(key []byte, now int64) ReadChoice {
 	rc := ReadChoice{Server: -1, Explore: -1}
-	o := p.owner(key)
+	o := p.ownerTrial(key)
 	if o < 0 || o >= len(p.Shards) {
 		return rc
 	}
@@ -44,6 +45,9 @@ func (p *Pool) ChooseRead(key []byte, now int64) ReadChoice {
 				break
 			}
 		}
+		if rc.Server < 0 && p.onTrial(o) {
+			rc.Server = sh.Replicas[0] // the server's readmission trial
+		}
 		return rc
 	}
 	rs := p.rep
@@ -54,7 +58,7 @@ func (p *Pool) ChooseRead(key []byte, now int64) ReadChoice {
 	c := sh.chooser
 	size := p.readSize(c, rc.Hash)
 	rc.Size = size
-	d := c.Choose(size, now)
+	d := p.choose(sh, size, now, true)
 	if d.Primary >= 0 {
 		rc.Server = sh.Replicas[d.Primary]
 	}

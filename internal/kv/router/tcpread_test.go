@@ -137,3 +137,34 @@ func TestTCPReadHedge(t *testing.T) {
 		t.Fatal("a shard of one replica hedged")
 	}
 }
+
+// Over TCP too, a replica down with its readmission trial armed gets a
+// copy of one read (beside the replica chosen), and a shard of one
+// server gives its server the one read of its trial; then neither gets
+// more until the agent arms another trial.
+func TestTCPReadTrial(t *testing.T) {
+	tb := repTable(t, replica.LocalFirst)
+	p := tb.pools[0]
+	key := []byte(keyOnShard(t, tb, 0, 0))
+	p.Servers[1].SetDown(true)
+	if rc := p.ChooseRead(key, 1e9); rc.Server != 0 || rc.Explore != -1 {
+		t.Fatalf("replica down, no trial: %+v", rc)
+	}
+	p.Servers[1].ArmTrial()
+	if rc := p.ChooseRead(key, 2e9); rc.Server != 0 || rc.Explore != 1 || !p.Servers[1].TrialTaken() {
+		t.Fatalf("replica 1 on trial: %+v, taken %v", rc, p.Servers[1].TrialTaken())
+	}
+	if rc := p.ChooseRead(key, 2e9+1); rc.Explore != -1 {
+		t.Fatalf("a second trial copy: %+v", rc)
+	}
+
+	single := []byte(keyOnShard(t, tb, 1, 0))
+	p.Servers[3].SetDown(true)
+	p.Servers[3].ArmTrial()
+	if rc := p.ChooseRead(single, 3e9); rc.Server != 3 || !p.Servers[3].TrialTaken() {
+		t.Fatalf("single server on trial: %+v", rc)
+	}
+	if rc := p.ChooseRead(single, 3e9+1); rc.Server == 3 {
+		t.Fatalf("a second read for the server on trial: %+v", rc)
+	}
+}

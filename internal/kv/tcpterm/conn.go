@@ -413,6 +413,7 @@ func (c *upConn) read() {
 		if n > 0 {
 			c.mu.Lock()
 			now := c.t.cfg.Now()
+			c.srv.TCPProgress(now)
 			c.rt.read(now)
 			dels, ferr := c.u.Feed(buf[:n])
 			for _, d := range dels {
