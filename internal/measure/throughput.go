@@ -120,7 +120,10 @@ type RateEstimator struct {
 	winStart  time.Time
 	winBytes  uint64 // the counter at winStart
 	winIdle   bool   // a feed in the window brought nothing
-	winQueued bool   // a probe in the window saw a queue
+	// winProbes counts the window's probes measured against a floor, and
+	// winLow is how far the lowest of them was above it.
+	winProbes int
+	winLow    time.Duration
 	lastTotal uint64
 	fed       bool
 
@@ -179,7 +182,7 @@ func (r *RateEstimator) OnBytes(now time.Time, total uint64) {
 	bytes := total - r.winBytes
 	if !r.winIdle && bytes >= r.cfg.MinWindowBytes {
 		rate := float64(bytes) * 8 / dt.Seconds()
-		if r.winQueued {
+		if r.winQueued() {
 			r.addSaturated(RateEstimate{Rate: rate, Kind: RateSaturated, At: now})
 		} else if rate >= r.lower.Rate || now.Sub(r.lower.At) >= r.cfg.MaxAge {
 			r.lower = RateEstimate{Rate: rate, Kind: RateLowerBound, At: now}
@@ -189,7 +192,17 @@ func (r *RateEstimator) OnBytes(now time.Time, total uint64) {
 }
 
 func (r *RateEstimator) openWindow(now time.Time, total uint64) {
-	r.winStart, r.winBytes, r.winIdle, r.winQueued = now, total, false, false
+	r.winStart, r.winBytes, r.winIdle, r.winProbes, r.winLow = now, total, false, 0, 0
+}
+
+// winQueued reports whether the open window saw a standing queue: at
+// least two probes, every one of them QueueThreshold or more above the
+// floor. A flow that fills the link keeps its queue from one probe to the
+// next; one probe delayed now and then (by the sender's or the path's
+// scheduling) is jitter, and a window it marked would give as the link's
+// rate whatever detour's traffic happened to carry in it.
+func (r *RateEstimator) winQueued() bool {
+	return r.winProbes >= 2 && r.winLow >= r.cfg.QueueThreshold
 }
 
 func (r *RateEstimator) addSaturated(e RateEstimate) {
@@ -200,8 +213,8 @@ func (r *RateEstimator) addSaturated(e RateEstimate) {
 }
 
 // OnDelay feeds the offset-shifted one-way delay of a probe that came over
-// the link at now: a sample QueueThreshold or more above the floor of the
-// last BaseWindow marks the open window as saturated.
+// the link at now, for the floor of the last BaseWindow and the queue the
+// open window shows above it (winQueued).
 func (r *RateEstimator) OnDelay(now time.Time, d time.Duration) {
 	span := r.cfg.BaseWindow / floorBuckets
 	if span <= 0 {
@@ -216,8 +229,11 @@ func (r *RateEstimator) OnDelay(now time.Time, d time.Duration) {
 	} else if d < b.min {
 		b.min = d
 	}
-	if ok && d-floor >= r.cfg.QueueThreshold {
-		r.winQueued = true
+	if ok {
+		if rise := d - floor; r.winProbes == 0 || rise < r.winLow {
+			r.winLow = rise
+		}
+		r.winProbes++
 	}
 }
 

@@ -69,6 +69,31 @@ func TestRatePassiveSaturated(t *testing.T) {
 	}
 }
 
+// A probe delayed now and then while data flows is no queue: the windows
+// it falls in give lower bounds, not the link's rate. Two probes in a
+// window are needed, and every one of them must see the queue.
+func TestRateLoneDelayedProbeIsNoQueue(t *testing.T) {
+	r := NewRateEstimator(DefaultRateConfig())
+	var total uint64
+	r.OnBytes(t0, 0)
+	now := feed(r, t0, &total, 0, 2*time.Second, 10*time.Millisecond, 0)
+	// 2.5 Mbit/s of requests on a wide link for 10 s; every third probe
+	// is 3 ms late.
+	for i := 0; i < 100; i++ {
+		now = now.Add(100 * time.Millisecond)
+		total += uint64(2.5e6 / 8 / 10)
+		d := 10 * time.Millisecond
+		if i%3 == 0 {
+			d += 3 * time.Millisecond
+		}
+		r.OnDelay(now, d)
+		r.OnBytes(now, total)
+	}
+	if e := r.Estimate(now); e.Kind != RateLowerBound {
+		t.Fatalf("jitter on a link with room: %+v, want a lower bound", e)
+	}
+}
+
 func TestRateIdleWindowsDoNotCount(t *testing.T) {
 	r := NewRateEstimator(DefaultRateConfig())
 	var total uint64
