@@ -200,9 +200,12 @@ func (r *Router) selectBulk(now time.Time, m *Matrix, dst wire.SiteID, d *dest) 
 			cur = &c
 		}
 	}
+	gain := r.cfg.Bulk.MinGain
+	if r.keepLeftForBulk(now, m, d, pathRate, pathKnown, gain) {
+		return
+	}
 	best, found := r.widestWithin(m, dst, limit)
 	damped := r.cfg.MinSwitchInterval > 0 && !d.bulkSwitch.IsZero() && now.Sub(d.bulkSwitch) < r.cfg.MinSwitchInterval
-	gain := r.cfg.Bulk.MinGain
 	switch {
 	case d.bulk != nil && slices.Equal(d.bulk, d.path):
 		// The bulk flows stay on the path they were on, so this is no
@@ -262,6 +265,27 @@ func (r *Router) selectBulk(now time.Time, m *Matrix, dst wire.SiteID, d *dest) 
 			set(best.path, widerBy(best.rate, pathRate))
 		}
 	}
+}
+
+// keepLeftForBulk makes the path the latency path has just left because
+// it collapsed the bulk path, when the bulk flows were on it (it was the
+// latency path and the bulk path in one) and it is still gain times
+// wider than the new latency path; it reports whether it did. The bound
+// a new bulk path must meet is not checked: the path met it until a
+// moment ago, and its delay now is the queue the bulk flows built on it.
+// It starts no damping: for the flows on it nothing changes.
+func (r *Router) keepLeftForBulk(now time.Time, m *Matrix, d *dest, pathRate float64, pathKnown bool, gain float64) bool {
+	if d.bulk != nil || !pathKnown || !d.leftCollapsed || d.leftPath == nil || !d.leftAt.Equal(now) {
+		return false
+	}
+	c, ok := r.bulkPathNow(m, d.leftPath)
+	if !ok || c.rate < gain*pathRate {
+		return false
+	}
+	d.bulk, d.bulkRate, r.dirty = slices.Clone(c.path), c.rate, true
+	d.bulkReason = fmt.Sprintf("kept: the latency path left it as it collapsed, with the bulk flows on it; %.3g Mbit/s, %.2g× the latency path's %.3g Mbit/s",
+		c.rate/1e6, c.rate/pathRate, pathRate/1e6)
+	return true
 }
 
 func widerBy(rate, pathRate float64) string {

@@ -346,3 +346,38 @@ func TestBulkPathBackWhenTheLatencyPathLeavesIt(t *testing.T) {
 		t.Fatalf("latency path %v, bulk %+v; want direct, and the bulk flows still via 3", rt.Path, rt.Bulk)
 	}
 }
+
+// lanman2017's LAN → NEU: the direct path (15 ms, 11 Mbit/s) is the
+// fastest and the widest, so it is the latency path and the bulk flows'
+// too. A transfer fills its queue; the latency path leaves for the relay
+// BOR (28 ms, 2.4 Mbit/s), and the direct path, 33 ms above its best,
+// is then out of any bound a new bulk path must meet. It stays the bulk
+// path: the bulk flows were on it a moment ago, and following the latency
+// path would put them on a link a fifth as wide.
+func TestBulkFlowsKeepTheCollapsedLatencyPath(t *testing.T) {
+	cfg := DefaultConfig()
+	tr := newRated(3)
+	tr.link(1, 2, 15*ms, 11e6)
+	tr.link(1, 3, 18*ms, 14e6)
+	tr.link(3, 2, 10*ms, 2.4e6)
+	r := NewRouter(cfg, 1)
+	now := t0
+	update := func(d time.Duration) {
+		for end := now.Add(d); now.Before(end); now = now.Add(100 * ms) {
+			r.Update(now, tr.matrix(), addrsOf(3))
+		}
+	}
+	update(cfg.MinSwitchInterval + time.Second)
+	if rt, _ := r.Table().Lookup(2); !slices.Equal(rt.Path, []wire.SiteID{2}) || rt.Bulk != nil {
+		t.Fatalf("latency path %v, bulk %+v; want both direct", rt.Path, rt.Bulk)
+	}
+	tr.link(1, 2, 48*ms, 11e6) // the transfer's queue
+	update(time.Second)
+	rt, _ := r.Table().Lookup(2)
+	if !slices.Equal(rt.Path, []wire.SiteID{3, 2}) {
+		t.Fatalf("latency path %v, want the relay", rt.Path)
+	}
+	if rt.Bulk == nil || !slices.Equal(rt.Bulk.Path, []wire.SiteID{2}) {
+		t.Fatalf("bulk %+v, want the direct path kept (%s)", rt.Bulk, r.dests[2].bulkReason)
+	}
+}
