@@ -210,7 +210,8 @@ type Replica struct {
 	// Trial is set by the caller for a replica that is down but may take
 	// one request to see whether it is back (a readmission trial): the
 	// next read's second copy goes to it, whatever the policy, and its
-	// reply only feeds the estimates.
+	// reply only feeds the estimates; when no replica is usable, the read
+	// itself goes to it.
 	Trial bool
 	// RTT is the round trip of the path the overlay uses to the
 	// replica's site (ns; 0 for this site), set by the caller.
@@ -349,10 +350,10 @@ type Decision struct {
 }
 
 // Choose picks the replica for a read of an expected size bytes at now
-// (when none is usable, one on trial, else -1) and a second replica the read is also
-// sent to: one on trial (Replica.Trial), under any policy and without a
-// token; else, under Predicted, one whose estimate for the size class is
-// older than ExploreAge, for an exploration token.
+// (when none is usable, one on trial, else -1) and a second replica the
+// read is also sent to: one on trial (Replica.Trial), under any policy
+// and without a token; else, under Predicted, one whose estimate for the
+// size class is older than ExploreAge, for an exploration token.
 func (c *Chooser) Choose(size int, now int64) Decision {
 	c.Budget.fill(now)
 	d := Decision{Primary: c.Pick(size), Explore: -1}
