@@ -117,9 +117,9 @@ type RateEstimator struct {
 	cfg RateConfig
 
 	// The open passive window.
-	winStart  time.Time
-	winBytes  uint64 // the counter at winStart
-	winIdle   bool   // a feed in the window brought nothing
+	winStart time.Time
+	winBytes uint64 // the counter at winStart
+	winIdle  bool   // a feed in the window brought nothing
 	// winProbes counts the window's probes measured against a floor, and
 	// winLow is how far the lowest of them was above it.
 	winProbes int
