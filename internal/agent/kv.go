@@ -44,6 +44,13 @@ const (
 	kvRetryMin = time.Second
 	kvRetryMax = 30 * time.Second
 	kvStable   = 10 * time.Second
+	// kvTrialWait is the least time a trial request is given to be
+	// answered. The passive wait follows the path's delay estimate,
+	// which trails a path that just slowed by seconds; a trial judged by
+	// it failed on a path slowed to 80 ms round trip, and the doubling
+	// kept a healthy replica out for 15 s. Waiting longer costs nothing:
+	// the server's other requests keep going to the failover meanwhile.
+	kvTrialWait = time.Second
 )
 
 // kvServer is the agent's view of one server's health.
@@ -208,7 +215,7 @@ func (a *Agent) kvPassive(ks *kvServer, routes datapath.Routes, now int64) {
 		return
 	}
 	if !s.Local && ks.passiveDn && s.Down() {
-		a.kvTrial(ks, now, wait)
+		a.kvTrial(ks, now, max(wait, kvTrialWait))
 	}
 }
 
@@ -216,8 +223,9 @@ func (a *Agent) kvPassive(ks *kvServer, routes datapath.Routes, now int64) {
 // is not checked from here, so after the retry interval one real request
 // for its keys goes to it (router.Server.ArmTrial) while the others keep
 // going to the failover. Any reply from it since then readmits it, once;
-// a trial request unanswered for the passive wait doubles the interval
-// (up to kvRetryMax), as a readmitted server that fails again soon does.
+// a trial request unanswered for wait (the passive wait, at least
+// kvTrialWait) doubles the interval (up to kvRetryMax), as a readmitted
+// server that fails again soon does.
 func (a *Agent) kvTrial(ks *kvServer, now int64, wait time.Duration) {
 	s := ks.s
 	switch {

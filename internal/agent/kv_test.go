@@ -233,11 +233,15 @@ func TestKVPassiveAndSiteDown(t *testing.T) {
 		t.Fatal("after the retry interval, not exactly one request went to the server")
 	}
 	a.kvWatch(ks, routes, trial1+int64(10*time.Millisecond), false)
-	a.kvWatch(ks, routes, trial1+int64(70*time.Millisecond), false)
+	a.kvWatch(ks, routes, trial1+int64(kvTrialWait)-int64(10*time.Millisecond), false)
+	if ks.retry != kvRetryMin || ks.errors != 1 {
+		t.Fatalf("trial judged before kvTrialWait: next retry %v, errors %d", ks.retry, ks.errors)
+	}
+	failed := trial1 + int64(kvTrialWait) + int64(20*time.Millisecond)
+	a.kvWatch(ks, routes, failed, false)
 	if s.Usable() || ks.retry != 2*kvRetryMin || ks.errors != 2 {
 		t.Fatalf("unanswered trial: usable %v, next retry %v, errors %d", s.Usable(), ks.retry, ks.errors)
 	}
-	failed := trial1 + int64(70*time.Millisecond)
 	a.kvWatch(ks, routes, failed+int64(kvRetryMin)+1, false)
 	if egress(failed+int64(kvRetryMin)+2) != 0 {
 		t.Fatal("second trial before twice the interval")
