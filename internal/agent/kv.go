@@ -45,11 +45,10 @@ const (
 	kvRetryMax = 30 * time.Second
 	kvStable   = 10 * time.Second
 	// kvTrialWait is the least time a trial request is given to be
-	// answered. The passive wait follows the path's delay estimate,
-	// which trails a path that just slowed by seconds; a trial judged by
-	// it failed on a path slowed to 80 ms round trip, and the doubling
-	// kept a healthy replica out for 15 s. Waiting longer costs nothing:
-	// the server's other requests keep going to the failover meanwhile.
+	// answered: the passive wait follows the path's delay estimate,
+	// which trails a path that just slowed by seconds (docs/kv.md).
+	// Waiting longer costs nothing: the server's other requests keep
+	// going to the failover meanwhile.
 	kvTrialWait = time.Second
 )
 

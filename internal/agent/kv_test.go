@@ -253,7 +253,7 @@ func TestKVPassiveAndSiteDown(t *testing.T) {
 	}
 	// The server answers the trial request: readmitted, and every request
 	// for its keys goes to it again.
-	rep := kvReplyFrom(t, netip.MustParseAddrPort("10.20.0.12:11211"), netip.MustParseAddrPort("10.20.0.5:5000"))
+	rep := kvReplyFrom(t, netip.MustParseAddrPort("10.20.0.12:11211"), netip.MustParseAddrPort("10.20.0.5:5000"), 1)
 	var in router.Inbound
 	if !in.Deliver(tb, rep, trial2+int64(20*time.Millisecond)) {
 		t.Fatal("the trial's reply was not delivered")
@@ -290,15 +290,9 @@ func kvGet(key string, id uint16) []byte {
 	return b
 }
 
-// kvReplyFrom builds a memcached UDP reply to request 1 from server to
+// kvReplyFrom builds a memcached UDP reply to request id from server to
 // client, as it arrives over the overlay.
-func kvReplyFrom(t *testing.T, server, client netip.AddrPort) []byte {
-	return kvReplyID(t, server, client, 1)
-}
-
-// kvReplyID builds a memcached UDP reply to request id from server to
-// client, as it arrives over the overlay.
-func kvReplyID(t *testing.T, server, client netip.AddrPort, id uint16) []byte {
+func kvReplyFrom(t *testing.T, server, client netip.AddrPort, id uint16) []byte {
 	t.Helper()
 	payload := []byte("\x00\x00\x00\x00\x00\x01\x00\x00END\r\n")
 	binary.BigEndian.PutUint16(payload, id)
@@ -371,7 +365,7 @@ func TestKVReplicaReadmittedByTrialCopy(t *testing.T) {
 	}
 	a.kvWatch(ks, routes, trial+int64(10*time.Millisecond), false)
 	var in router.Inbound
-	in.Deliver(tb, kvReplyID(t, remote, netip.MustParseAddrPort("10.20.0.5:5000"), 4), trial+int64(20*time.Millisecond))
+	in.Deliver(tb, kvReplyFrom(t, remote, netip.MustParseAddrPort("10.20.0.5:5000"), 4), trial+int64(20*time.Millisecond))
 	a.kvWatch(ks, routes, trial+int64(25*time.Millisecond), false)
 	if !ks.s.Usable() {
 		t.Fatal("not readmitted after the trial copy was answered")
