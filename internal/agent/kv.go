@@ -35,6 +35,11 @@ const (
 	// kvMinPassive is the shortest wait for a reply before a remote
 	// server counts as dead (the wait is max(3 × path RTT, this)).
 	kvMinPassive = 50 * time.Millisecond
+	// kvPaceFactor is how many times its usual wait for a reply
+	// (router.Server.Pace) a server is given before it counts as dead,
+	// and kvMaxPassive the longest wait that gives.
+	kvPaceFactor = 3
+	kvMaxPassive = 2 * time.Second
 	// kvPassiveMin is how many requests must go unanswered: one lost
 	// datagram takes no server out.
 	kvPassiveMin = 2
@@ -191,14 +196,11 @@ func (a *Agent) kvWatch(ks *kvServer, routes datapath.Routes, now int64, probe b
 }
 
 // kvPassive takes a server out when requests to it (at least two) went
-// unanswered for max(3 × path RTT, 50 ms), and tries a remote one again
-// later.
+// unanswered for max(3 × path RTT, 50 ms, 3 × its usual wait), and tries
+// a remote one again later.
 func (a *Agent) kvPassive(ks *kvServer, routes datapath.Routes, now int64) {
 	s := ks.s
-	wait := kvMinPassive
-	if rt, ok := routes.Lookup(s.Site); ok && 6*rt.OneWayEstimate > wait {
-		wait = 6 * rt.OneWayEstimate
-	}
+	wait := kvPassiveWait(s, routes)
 	if p := s.PendingSince(); p != 0 && s.Unanswered() >= kvPassiveMin && !s.Down() && now-p > int64(wait) {
 		ks.health.ForceDown()
 		s.SetDown(true)
@@ -216,6 +218,21 @@ func (a *Agent) kvPassive(ks *kvServer, routes datapath.Routes, now int64) {
 	if !s.Local && ks.passiveDn && s.Down() {
 		a.kvTrial(ks, now, max(wait, kvTrialWait))
 	}
+}
+
+// kvPassiveWait is how long a server's requests may go unanswered
+// before passive detection takes it out: max(3 × path RTT, 50 ms), or
+// longer for a server whose replies usually take longer than that (a
+// slow disk serving large values), up to kvMaxPassive.
+func kvPassiveWait(s *router.Server, routes datapath.Routes) time.Duration {
+	wait := kvMinPassive
+	if rt, ok := routes.Lookup(s.Site); ok && 6*rt.OneWayEstimate > wait {
+		wait = 6 * rt.OneWayEstimate
+	}
+	if p := min(kvPaceFactor*s.Pace(), kvMaxPassive); p > wait {
+		wait = p
+	}
+	return wait
 }
 
 // kvTrial readmits a remote server that passive detection took out. It

@@ -397,3 +397,46 @@ func TestKVPassiveWaitsForAReplyInProgress(t *testing.T) {
 		t.Fatal("still in 60 ms after the server's last bytes, with two requests unanswered")
 	}
 }
+
+// A server that always answers slowly (a capped disk serving large
+// values) is not taken for dead: passive detection waits three times its
+// usual wait for a reply, and still takes it out once it goes silent.
+func TestKVPassiveFollowsTheServersPace(t *testing.T) {
+	_, _, servers := kvTestServers(t)
+	a := &Agent{log: slog.New(slog.DiscardHandler)}
+	ks := servers[0] // this site's: the path adds nothing to the wait
+	ks.s.SetMAC([6]byte{0x52, 0, 0, 0, 0, 0x11})
+	routes := kvRoutes{up: map[wire.SiteID]bool{}}
+	ms := int64(time.Millisecond)
+	now := int64(time.Second)
+	// Two requests at a time, each answered after 120 ms; the first has
+	// only the usual 50 ms, as its pace is not known yet.
+	for i := 0; i < 20; i++ {
+		ks.s.TCPRequest(now)
+		ks.s.TCPRequest(now + ms)
+		a.kvWatch(ks, routes, now+100*ms, false)
+		if i == 0 && ks.s.Usable() {
+			t.Fatal("a server of unknown pace not taken out after 100 ms")
+		}
+		if i > 0 && !ks.s.Usable() {
+			t.Fatalf("request %d: taken out 100 ms into a wait of 120 ms", i)
+		}
+		ks.s.TCPReply(now + 120*ms)
+		ks.s.TCPReply(now + 121*ms)
+		ks.s.SetDown(false) // the first time, readmitted by its health checks
+		now += 130 * ms
+	}
+	if p := ks.s.Pace(); p < 100*time.Millisecond || p > 125*time.Millisecond {
+		t.Fatalf("pace %v after replies at 120 ms", p)
+	}
+	ks.s.TCPRequest(now)
+	ks.s.TCPRequest(now + ms)
+	a.kvWatch(ks, routes, now+300*ms, false)
+	if !ks.s.Usable() {
+		t.Fatal("taken out 300 ms into a wait, three times 120 ms not passed")
+	}
+	a.kvWatch(ks, routes, now+400*ms, false)
+	if ks.s.Usable() {
+		t.Fatal("still in after 400 ms of silence, more than three times its pace")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/detour-overlay/detour/internal/kv/replica"
 	"github.com/detour-overlay/detour/internal/kv/ring"
@@ -185,6 +186,8 @@ type Server struct {
 	healthReply  atomic.Int64  // when a reply to a health check was last seen (ns)
 	pendingSince atomic.Int64  // first request sent since the last reply, 0 if none
 	unanswered   atomic.Uint32 // requests sent since the last reply
+	pace         atomic.Int64  // how long its oldest request usually waits (ns, Pace)
+	forgotten    atomic.Int64  // pendingSince when ClearPending forgot it, until the next reply
 	Requests     atomic.Uint64
 	Replies      atomic.Uint64
 	// FailedOver counts requests for the server's keys that went to
@@ -488,9 +491,13 @@ func (s *Server) HealthReplyAt() int64 { return s.healthReply.Load() }
 // last reply left, or 0 when every request has been answered since.
 func (s *Server) PendingSince() int64 { return s.pendingSince.Load() }
 
-// ClearPending forgets an unanswered request, when a server is readmitted.
+// ClearPending forgets the unanswered requests, when a server is taken
+// out or readmitted. A reply that comes for them later still teaches the
+// server's pace.
 func (s *Server) ClearPending() {
-	s.pendingSince.Store(0)
+	if p := s.pendingSince.Swap(0); p != 0 {
+		s.forgotten.Store(p)
+	}
 	s.unanswered.Store(0)
 }
 
@@ -508,6 +515,33 @@ func (s *Server) sent(now int64) {
 	s.unanswered.Add(1)
 }
 
+// maxPace is the longest wait a reply teaches the pace: one later than
+// that comes from a server that stalled or was down, not from its
+// usual work.
+const maxPace = int64(time.Second)
+
+// notePace folds the time the oldest request waited for a reply into
+// the server's pace: half the way up at once, a sixteenth of the way
+// down, so that it follows the slow end of the server's answers.
+func (s *Server) notePace(d int64) {
+	if d > maxPace {
+		return
+	}
+	p := s.pace.Load()
+	if d > p {
+		p += (d - p) / 2
+	} else {
+		p -= (p - d) / 16
+	}
+	s.pace.Store(p)
+}
+
+// Pace returns how long the server's oldest request usually waits for
+// its reply, as the gateway sees it (path and service time together): a
+// server busy with large values from a slow disk answers in hundreds of
+// milliseconds, and passive detection must not take that for silence.
+func (s *Server) Pace() time.Duration { return time.Duration(s.pace.Load()) }
+
 // Unanswered returns the number of requests sent to the server since its
 // last reply (for passive detection, which waits for more than one, so
 // that a single lost datagram takes no server out).
@@ -516,8 +550,12 @@ func (s *Server) Unanswered() uint32 { return s.unanswered.Load() }
 // replied records a reply from the server.
 func (s *Server) replied(now int64) {
 	s.lastReply.Store(now)
-	if s.pendingSince.Load() != 0 {
+	if p := s.pendingSince.Load(); p != 0 {
 		s.pendingSince.Store(0)
+		s.notePace(now - p)
+	} else if f := s.forgotten.Load(); f != 0 {
+		s.forgotten.Store(0)
+		s.notePace(now - f)
 	}
 	if s.unanswered.Load() != 0 {
 		s.unanswered.Store(0)
