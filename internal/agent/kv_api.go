@@ -362,7 +362,8 @@ func (st *kvState) view(n kvNet, p *router.Pool, now int64) api.KVPool {
 	}
 	for i, s := range p.Servers {
 		sv := api.KVServer{Address: s.Addr.String(), Site: s.SiteName, Weight: max(spec.Servers[i].Weight, 1), Local: s.Local, Shard: s.Shard, Tier: s.Tier,
-			Requests: s.Requests.Load(), Replies: s.Replies.Load(), Failovers: s.FailedOver.Load()}
+			Requests: s.Requests.Load(), Replies: s.Replies.Load(), Failovers: s.FailedOver.Load(),
+			PaceMs: float64(s.Pace()) / 1e6}
 		if ks := st.watch(s); ks != nil {
 			sv.State, sv.SinceSeconds, sv.StateChanges, sv.Errors = ks.state, float64(now-ks.since)/1e9, ks.changes, ks.errors
 			sv.Latency = ks.latency()

@@ -79,6 +79,11 @@ type KVServer struct {
 	// Failovers counts requests for the server's keys that went to
 	// another server because it was down or drained.
 	Failovers uint64 `json:"failovers"`
+	// PaceMs is how long the server's oldest request usually waits for
+	// its reply, as this gateway sees it (path and service time, the
+	// slow end); passive detection waits three times that before it
+	// takes the server out, and at least max(3 × path RTT, 50 ms).
+	PaceMs float64 `json:"pace_ms"`
 	// Latency is the gateway-seen round trip of the health checks (a
 	// binary noop, so the network and memcached's own turnaround), nil
 	// when the server is not checked from here (another site's) or not

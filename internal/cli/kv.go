@@ -34,8 +34,9 @@ add-server answers once the server's own site has learned its MAC and
 confirmed it (until then it is "joining" and takes no keys); two changes
 made at once at two sites converge on one of them everywhere (the higher
 site ID's). Changes are stored in the state file before the answer.
-Latency is the round trip of the gateway's health checks (every 100 ms,
-this site's servers only).`
+Pace is how long a server's oldest request usually waits for its reply
+(passive detection waits three times that); CHECK is the round trip of
+the gateway's health checks (every 100 ms, this site's servers only).`
 
 func runKV(args []string, stdout, stderr io.Writer) int {
 	usage := func(format string, a ...any) int {
@@ -166,7 +167,7 @@ func printKVPool(w io.Writer, raw []byte) error {
 		fmt.Fprintf(w, "%d shards of replicas, policy %s, hedge %s%s\n", len(p.Shards), p.Policy, hedge, near)
 	}
 	fmt.Fprintln(w)
-	err := table(w, "SERVER\tSITE\tWEIGHT\tSTATE\tSINCE\tREQUESTS\tREPLIES\tERRORS\tFAILOVERS\tCHECK p50 ms\tCHECK p99 ms", func(tw io.Writer) {
+	err := table(w, "SERVER\tSITE\tWEIGHT\tSTATE\tSINCE\tREQUESTS\tREPLIES\tERRORS\tFAILOVERS\tPACE ms\tCHECK p50 ms\tCHECK p99 ms", func(tw io.Writer) {
 		for _, s := range p.Servers {
 			p50, p99 := "-", "-"
 			if l := s.Latency; l != nil {
@@ -182,8 +183,8 @@ func printKVPool(w io.Writer, raw []byte) error {
 					site += " " + s.Tier
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1fs\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Address, site, s.Weight, s.State, s.SinceSeconds,
-				s.Requests, s.Replies, s.Errors, s.Failovers, p50, p99)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1fs\t%d\t%d\t%d\t%d\t%.2f\t%s\t%s\n", s.Address, site, s.Weight, s.State, s.SinceSeconds,
+				s.Requests, s.Replies, s.Errors, s.Failovers, s.PaceMs, p50, p99)
 		}
 	})
 	if err != nil {

@@ -59,7 +59,7 @@ func (f *kvAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := api.KVPool{Name: "cache", Network: "default", Address: "10.20.0.250:11211", Hash: "ketama", Version: 3,
 		Counters: map[string]uint64{"requests": 10, "failed_over": 2},
 		Servers: []api.KVServer{
-			{Address: "10.20.0.11:11211", Site: "lan", Weight: 1, Local: true, State: "up", SinceSeconds: 12, Requests: 6, Replies: 6,
+			{Address: "10.20.0.11:11211", Site: "lan", Weight: 1, Local: true, State: "up", SinceSeconds: 12, Requests: 6, Replies: 6, PaceMs: 0.4,
 				Latency: &api.KVLatency{P50Ms: 0.25, P99Ms: 1.5, Samples: 100}},
 			{Address: "10.20.0.12:11211", Site: "man", Weight: 2, State: "drained", Requests: 4, Replies: 3, Failovers: 2},
 		}}
@@ -89,7 +89,7 @@ func TestKVCommands(t *testing.T) {
 		req  string   // the request the agent got
 	}{
 		{[]string{"kv", "list", "--api", addr}, []string{"POOL", "cache default 10.20.0.250:11211 ketama 3 2 1 10 0 0 2"}, "GET /v1/kv/pools"},
-		{[]string{"kv", "show", "cache", "--api", addr}, []string{"version 3", "10.20.0.11:11211 lan (here) 1 up 12.0s 6 6 0 0 0.25 1.50", "0.25", "1.50", "drained", "failed_over 2"}, "GET /v1/kv/pools/cache"},
+		{[]string{"kv", "show", "cache", "--api", addr}, []string{"version 3", "10.20.0.11:11211 lan (here) 1 up 12.0s 6 6 0 0 0.40 0.25 1.50", "0.25", "1.50", "drained", "failed_over 2"}, "GET /v1/kv/pools/cache"},
 		{[]string{"kv", "show", "--api", addr, "cache", "--json"}, []string{`"version":3`}, "GET /v1/kv/pools/cache"},
 		{[]string{"kv", "add-server", "cache", "10.20.0.14:11211", "--site", "man", "--weight", "2", "--socket", sock}, []string{"ok: kv add-server cache 10.20.0.14:11211: pool cache is at version 3"},
 			`POST /v1/kv/pools/cache/servers {"address":"10.20.0.14:11211","site":"man","weight":2}`},
