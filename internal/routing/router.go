@@ -37,9 +37,10 @@ type Config struct {
 	// instead: such a gain is within the noise of two nearly equal paths
 	// of several links each, and the noise of a link's estimate lasts as
 	// long as the estimator's window (a burst of delay stays in the lower
-	// half of the window for up to 5 s). Holding longer than the window
-	// means one noisy window cannot move a route; real changes of
-	// several milliseconds are still followed after Hold.
+	// half of the window for up to 5 s). Holding for two and a half
+	// windows means neither one noisy window nor two overlapping ones
+	// can move a route; real changes of several milliseconds are still
+	// followed after Hold.
 	NearTieHold time.Duration
 	// DirectHold is how long a relayed path must gain less than half
 	// the threshold over the direct path before the route goes direct
@@ -119,7 +120,7 @@ func DefaultConfig() Config {
 		GainFraction: 0.015,
 		Hold:         300 * time.Millisecond,
 		CollapseHold: 100 * time.Millisecond,
-		NearTieHold:  6 * time.Second,
+		NearTieHold:  12 * time.Second,
 		DirectHold:   30 * time.Second,
 		Settle:       3 * time.Second,
 		// A link oscillating around the switching threshold would
