@@ -32,8 +32,8 @@ const (
 	kvProbeEvery = 4
 	// kvARPRefresh is how often a known server MAC is asked for again.
 	kvARPRefresh = 10 * time.Second
-	// kvMinPassive is the shortest wait for a reply before a remote
-	// server counts as dead (the wait is max(3 × path RTT, this)).
+	// kvMinPassive is the shortest wait for a reply before a server
+	// counts as dead (kvPassiveWait).
 	kvMinPassive = 50 * time.Millisecond
 	// kvPaceFactor is how many times its usual wait for a reply
 	// (router.Server.Pace) a server is given before it counts as dead,
