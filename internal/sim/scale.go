@@ -129,7 +129,7 @@ func (n *Net) CheckOracle(h int) Oracle {
 		for j, b := range live {
 			d[i*k+j] = inf
 			if l, ok := n.links[[2]int{a.index, b.index}]; ok && i != j && !l.Down {
-				d[i*k+j] = l.Delay
+				d[i*k+j] = l.Mean()
 			}
 		}
 	}

@@ -558,8 +558,13 @@ func (n *Net) nameOf(id wire.SiteID) string {
 	return id.String()
 }
 
-// TrueDelay returns the configured one-way delay (without jitter) of a path
-// from src; ok is false if a link is down.
+// Mean returns the link's mean one-way delay, its jitter's mean included:
+// the delay a packet sees on average, which is what a route should be
+// judged by.
+func (l Link) Mean() time.Duration { return l.Delay + l.Jitter/2 }
+
+// TrueDelay returns the mean one-way delay (Link.Mean) of a path from
+// src; ok is false if a link is down.
 func (n *Net) TrueDelay(src string, path []wire.SiteID) (time.Duration, bool) {
 	var sum time.Duration
 	prev := n.Site(src).index
@@ -577,7 +582,7 @@ func (n *Net) TrueDelay(src string, path []wire.SiteID) (time.Duration, bool) {
 		if l.Down {
 			return 0, false
 		}
-		sum += l.Delay
+		sum += l.Mean()
 		prev = next
 	}
 	return sum, true
