@@ -165,8 +165,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	f := c.Filter
-	if f.Window < 1 || f.StepCount < 1 || f.StepCount > f.Window || f.LowFraction <= 0 || f.LowFraction > 1 || f.MaxAge <= 0 {
-		return configErr("measurement filter: window, step count, low fraction or max age out of range")
+	if f.Window < 1 || f.StepCount < 1 || f.StepCount > f.Window || f.TrimLow < 0 || f.KeepTo <= f.TrimLow || f.KeepTo > 1 || f.MaxAge <= 0 {
+		return configErr("measurement filter: window, step count, trimmed band or max age out of range")
 	}
 	return nil
 }

@@ -784,7 +784,7 @@ func (n *Node) matrix(now time.Time, live []wire.SiteID) *routing.Matrix {
 			if !fresh || !l.Up {
 				continue
 			}
-			e := routing.Edge{Delay: l.DelayAt(now), RTT: l.RTT, Loss: n.slotLoss(slots, i, l, z)}
+			e := routing.Edge{Delay: l.DelayAt(now), RTT: l.RTT, Loss: n.slotLoss(slots, i, l, z), Jitter: l.Jitter}
 			e.Suspect = from == n.self && n.suspect(now, n.members[l.To])
 			e.Settling = !l.Flapping && now.Sub(l.UpSince) < settle
 			row.Set(l.To, e)

@@ -33,13 +33,18 @@ type FilterConfig struct {
 	Window int
 	// MaxAge drops samples older than this.
 	MaxAge time.Duration
-	// LowFraction is the fraction of the window, lowest samples first,
-	// whose mean is the estimate: a low trimmed mean ignores queueing
-	// spikes and varies less than a single order statistic. The default,
-	// the lower half, also keeps a standing queue that saw-tooths (a TCP
+	// The estimate is the mean of the window's samples ranked between
+	// TrimLow and KeepTo, as fractions of the window, lowest first: a
+	// trimmed mean ignores queueing spikes (the samples above KeepTo) and
+	// varies less than a single order statistic. Trimming as much from
+	// the bottom as from the top makes it read the mean of symmetric
+	// jitter: the mean of the lowest half alone reads 1 ms of uniform
+	// jitter half a millisecond low, and a path of k links k times that,
+	// which makes relays look better than they are. The default, the
+	// middle half, also keeps a standing queue that saw-tooths (a TCP
 	// flow filling a link) in the estimate: a brief lull in it moves the
-	// lowest quarter to the idle delay but the lower half far less.
-	LowFraction float64
+	// lowest samples to the idle delay but the middle half far less.
+	TrimLow, KeepTo float64
 	// StepCount consecutive samples on the same side of the estimate,
 	// each farther than the step threshold, restart the window from those
 	// samples, so that a lasting change is followed within StepCount
@@ -60,7 +65,8 @@ func DefaultFilterConfig() FilterConfig {
 	return FilterConfig{
 		Window:       48,
 		MaxAge:       5 * time.Second,
-		LowFraction:  0.5,
+		TrimLow:      0.25,
+		KeepTo:       0.75,
 		StepCount:    3,
 		MinStep:      time.Millisecond,
 		SpreadFactor: 2,
@@ -77,12 +83,14 @@ type sample struct {
 // four samples, a fall only as the window ages. The estimate is the mean
 // of the lowest three quarters: a loaded link's queue saw-tooths, and a
 // drain of a few hundred milliseconds moves it by a fraction of the
-// queue, where the lower half would drop to the drain's level.
+// queue, where the lower half would drop to the drain's level. Stats
+// takes it only where it is above the probes' estimate, so reading a
+// little low under jitter moves no route.
 func InbandFilterConfig() FilterConfig {
 	return FilterConfig{
 		Window:       512,
 		MaxAge:       2 * time.Second,
-		LowFraction:  0.75,
+		KeepTo:       0.75,
 		StepCount:    4,
 		MinStep:      time.Millisecond,
 		SpreadFactor: 2,
@@ -236,8 +244,8 @@ func (f *Filter) summarise() {
 	if len(f.sorted) == 0 {
 		return
 	}
-	f.est = lowMean(f.sorted, f.cfg.LowFraction)
-	f.mean = lowMean(f.sorted, 1)
+	f.est = bandMean(f.sorted, f.cfg.TrimLow, f.cfg.KeepTo)
+	f.mean = bandMean(f.sorted, 0, 1)
 	f.spread = quantile(f.sorted, 0.9) - quantile(f.sorted, 0.1)
 }
 
@@ -250,15 +258,16 @@ func quantile(s []time.Duration, q float64) time.Duration {
 	return s[i]
 }
 
-// lowMean returns the mean of the lowest fraction q of sorted values (at
-// least one value).
-func lowMean(s []time.Duration, q float64) time.Duration {
-	k := max(1, int(q*float64(len(s))))
+// bandMean returns the mean of the sorted values ranked from the fraction
+// lo up to the fraction hi of them, and at least the one value below hi.
+func bandMean(s []time.Duration, lo, hi float64) time.Duration {
+	k := max(1, int(hi*float64(len(s))))
+	i := min(int(lo*float64(len(s))), k-1)
 	var sum time.Duration
-	for _, v := range s[:k] {
+	for _, v := range s[i:k] {
 		sum += v - s[0] // sum differences: no overflow with large offsets
 	}
-	return s[0] + sum/time.Duration(k)
+	return s[0] + sum/time.Duration(k-i)
 }
 
 // Estimate returns the current estimate and whether there is one. The

@@ -13,8 +13,10 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // TestFilterIgnoresJitter feeds a constant delay plus uniform 1 ms jitter
 // for ten simulated minutes and checks that the estimate's standard
-// deviation stays under 0.1 ms and that it never strays more than 0.25 ms
-// from its mean.
+// deviation stays under 0.1 ms, that it never strays more than 0.25 ms
+// from its mean, and that its mean is the samples' mean: an estimate
+// that reads jitter low reads a path of several links lower than one of
+// fewer.
 func TestFilterIgnoresJitter(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	f := NewFilter(DefaultFilterConfig())
@@ -34,8 +36,36 @@ func TestFilterIgnoresJitter(t *testing.T) {
 	if sd > 0.1 || maxDev > 0.25 {
 		t.Fatalf("estimate moves too much under 1 ms jitter: sd %.3f ms, max deviation %.3f ms", sd, maxDev)
 	}
+	if math.Abs(mean-0.5) > 0.05 {
+		t.Fatalf("estimate − base averages %.3f ms, want the jitter's mean, 0.5 ms", mean)
+	}
 	if f.Steps() != 0 {
 		t.Fatalf("%d false steps", f.Steps())
+	}
+}
+
+// TestFilterIgnoresSpikes: one sample in five delayed by 2 to 10 ms (a
+// burst of queueing, a host busy for a moment) on top of 1 ms of jitter
+// moves the estimate by less than a fifth of a millisecond.
+func TestFilterIgnoresSpikes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	f := NewFilter(DefaultFilterConfig())
+	base := 20 * time.Millisecond
+	var es []float64
+	for i := 0; i < 3000; i++ {
+		now := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		v := base + time.Duration(rng.Int64N(int64(time.Millisecond)))
+		if i%5 == 0 {
+			v += 2*time.Millisecond + time.Duration(rng.Int64N(int64(8*time.Millisecond)))
+		}
+		f.Add(now, v)
+		if e, _ := f.Estimate(now); i >= 60 {
+			es = append(es, float64(e-base)/1e6)
+		}
+	}
+	mean, _, maxDev := stats(es)
+	if math.Abs(mean-0.5) > 0.2 || maxDev > 0.3 {
+		t.Fatalf("estimate − base: mean %.3f ms (want 0.5 ± 0.2), max deviation %.3f ms", mean, maxDev)
 	}
 }
 
@@ -266,9 +296,9 @@ func FuzzFilter(f *testing.F) {
 }
 
 // TestFilterMeanIncludesQueueing: samples that swing with a queue give a
-// mean in the middle and an estimate from the lower half (30, 40 and some
-// 50 ms samples: 38 ms), which a short lull in the queue does not pull
-// down to the floor.
+// mean in the middle and an estimate from the middle half (40, 50 and 60
+// ms: 50 ms), which a short lull in the queue does not pull down to the
+// floor.
 func TestFilterMeanIncludesQueueing(t *testing.T) {
 	f := NewFilter(DefaultFilterConfig())
 	for i := range 40 {
@@ -280,8 +310,14 @@ func TestFilterMeanIncludesQueueing(t *testing.T) {
 	if !ok || (mean-50*time.Millisecond).Abs() > time.Millisecond {
 		t.Fatalf("mean %v, %v; want 50 ms (the first samples may have restarted the window)", mean, ok)
 	}
-	if (est - 38*time.Millisecond).Abs() > time.Millisecond {
-		t.Fatalf("estimate %v, want the lower half's mean, 38 ms", est)
+	if (est - 50*time.Millisecond).Abs() > time.Millisecond {
+		t.Fatalf("estimate %v, want the middle half's mean, 50 ms", est)
+	}
+	for i := range 5 { // a lull of half a second
+		f.Add(now.Add(time.Duration(i+1)*100*time.Millisecond), 30*time.Millisecond)
+	}
+	if est, _ := f.Estimate(now.Add(500 * time.Millisecond)); est < 45*time.Millisecond {
+		t.Fatalf("estimate %v after a lull of 0.5 s, want it at 45 ms or more", est)
 	}
 }
 

@@ -51,7 +51,8 @@ type Explanation struct {
 	// Candidates are sorted by cost: the direct path, every path through
 	// one relay, the best of at most MaxHops, and the chosen one.
 	Candidates []Candidate
-	// Threshold is the gain the best path needs over the chosen one, and
+	// Threshold is the gain the best path needs over the chosen one (with
+	// a near tie's noise margin once settled, Router.switchGain), and
 	// PendingSince when it started to exceed it (zero if it does not).
 	Threshold    time.Duration
 	PendingSince time.Time
@@ -103,7 +104,11 @@ func (r *Router) Why(now time.Time, dst wire.SiteID) Explanation {
 	ex.Returning = r.returning(now, d, best)
 	ex.Candidates = r.candidates(m, dst, d.path, best)
 	if len(ex.Candidates) > 0 {
-		ex.Threshold = r.threshold(r.metricsOf(m, ex.Candidates[0].Path))
+		bm := r.metricsOf(m, ex.Candidates[0].Path)
+		ex.Threshold = r.threshold(bm)
+		if cm, ok := m.Measure(r.cfg.Weights, r.self, d.path); ok && !ex.Settling {
+			ex.Threshold = r.switchGain(cm, bm)
+		}
 	}
 	ex.Reason = r.reason(now, ex, best)
 	ex.Bulk = r.whyBulk(m, dst, d)

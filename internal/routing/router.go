@@ -36,12 +36,16 @@ type Config struct {
 	// NearTieHold is how long a near tie (see holdFor) must last
 	// instead: such a gain is within the noise of two nearly equal paths
 	// of several links each, and the noise of a link's estimate lasts as
-	// long as the estimator's window (a burst of delay stays in the lower
-	// half of the window for up to 5 s). Holding for two and a half
-	// windows means neither one noisy window nor two overlapping ones
-	// can move a route; real changes of several milliseconds are still
-	// followed after Hold.
+	// long as the estimator's window (a burst of delay stays in the
+	// window for up to 5 s). Holding for two and a half windows means
+	// neither one noisy window nor two overlapping ones can move a
+	// route; real changes of several milliseconds are still followed
+	// after Hold.
 	NearTieHold time.Duration
+	// NoiseMargin is how many standard errors of the difference between
+	// two paths' estimates (Metrics.Noise, from the links' jitter) a near
+	// tie must gain beyond the threshold (see switchGain).
+	NoiseMargin float64
 	// DirectHold is how long a relayed path must gain less than half
 	// the threshold over the direct path before the route goes direct
 	// (directTie). Nothing is urgent about it: the relay is no worse
@@ -121,6 +125,7 @@ func DefaultConfig() Config {
 		Hold:         300 * time.Millisecond,
 		CollapseHold: 100 * time.Millisecond,
 		NearTieHold:  12 * time.Second,
+		NoiseMargin:  2,
 		DirectHold:   30 * time.Second,
 		Settle:       3 * time.Second,
 		// A link oscillating around the switching threshold would
@@ -139,8 +144,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.MaxHops < 1 || c.MaxHops > wire.MaxPath:
 		return fmt.Errorf("routing: max hops %d not in 1..%d", c.MaxHops, wire.MaxPath)
-	case c.MinGain < 0 || c.GainFraction < 0 || c.GainFraction >= 1:
-		return errors.New("routing: switching gain must be non-negative and the fraction below 1")
+	case c.MinGain < 0 || c.GainFraction < 0 || c.GainFraction >= 1 || c.NoiseMargin < 0:
+		return errors.New("routing: switching gain and noise margin must be non-negative and the fraction below 1")
 	case c.Hold < 0 || c.CollapseHold < 0 || c.NearTieHold < 0 || c.DirectHold < 0 || c.Settle < 0 || c.MinSwitchInterval < 0 || c.ReturnHold < 0 || c.ReturnWindow < 0 || c.HoldMargin < 0 || c.HoldMargin > time.Millisecond:
 		return errors.New("routing: negative hold, settle, damping or return time, or a hold margin outside 0..1 ms")
 	case c.Weights.Recovery < 0 || c.Weights.LossFloor < 0 || c.Weights.LossFloor > 1 || c.Weights.MaxLoss < 0 || c.Weights.MaxLoss > 1:
@@ -311,6 +316,35 @@ func (r *Router) threshold(p Metrics) time.Duration {
 	return max(r.cfg.MinGain, time.Duration(r.cfg.GainFraction*float64(p.OneWay)))
 }
 
+// switchGain is the gain the best path (metrics bm) needs over the
+// current one (cm) once the estimates have settled: the threshold, and
+// for a near tie NoiseMargin standard errors of the difference between
+// the two paths' estimates beyond it, but never more than a near tie, so
+// a clear gain is never held back. A near tie is taken only after
+// NearTieHold, yet where the two paths' true difference lies within the
+// noise of the threshold, jitter makes it read above the threshold for a
+// whole hold sooner or later: the route would then change on noise,
+// after minutes of stability. The margin asks the gain to stand out of
+// that noise. The links' errors are taken as independent, so a link the
+// two paths share adds to the margin what it cancels from the gain.
+func (r *Router) switchGain(cm, bm Metrics) time.Duration {
+	th := r.threshold(bm)
+	return max(th, min(th+r.noise(cm, bm), r.nearTie(bm)))
+}
+
+// noise is NoiseMargin standard errors of the difference between the
+// estimates of two paths of metrics a and b.
+func (r *Router) noise(a, b Metrics) time.Duration {
+	return time.Duration(r.cfg.NoiseMargin * math.Sqrt(a.noiseVar+b.noiseVar))
+}
+
+// nearTie is the gain below which a switch to the path of metrics best is
+// a near tie: twice the threshold, capped at nearTieFraction of the
+// path's one-way latency, and at least nearTieFloor.
+func (r *Router) nearTie(best Metrics) time.Duration {
+	return max(nearTieFloor, min(2*r.threshold(best), time.Duration(nearTieFraction*float64(best.OneWay))))
+}
+
 // usable checks that a path still works and obeys the relay policy.
 func (r *Router) usable(m *Matrix, p []wire.SiteID) (Metrics, bool) {
 	for _, id := range p[:len(p)-1] {
@@ -381,7 +415,7 @@ func (r *Router) selectRoute(now time.Time, m *Matrix, id wire.SiteID, bp []wire
 	}
 	bm, _ := m.Measure(r.cfg.Weights, r.self, bp)
 	if d.path == nil {
-		if _, ok := r.directTie(m, id, bp, bm); ok {
+		if _, ok := r.directTie(m, id, bp, bm, false); ok {
 			return r.install(now, d, []wire.SiteID{id}, installUndamped, "first route (the best relay gains less than half the threshold)"), true
 		}
 		return r.install(now, d, bp, installUndamped, "first route"), true
@@ -411,7 +445,7 @@ func (r *Router) selectRoute(now time.Time, m *Matrix, id wire.SiteID, bp []wire
 		}
 		return r.preferDirect(now, m, d, id, cm)
 	}
-	if gain < r.threshold(bm) || r.inDoubt(m, bp) {
+	if gain < r.switchGain(cm, bm) || r.inDoubt(m, bp) {
 		d.pendingSince = time.Time{}
 		return r.preferDirect(now, m, d, id, cm)
 	}
@@ -453,8 +487,11 @@ func (r *Router) selectRoute(now time.Time, m *Matrix, id wire.SiteID, bp []wire
 // one more site to fail for a gain within the noise of the estimates, so
 // the direct path is preferred. Taking half the threshold leaves a band
 // (half the threshold to the threshold) where neither path replaces the
-// other, so a route does not flap between the two.
-func (r *Router) directTie(m *Matrix, dst wire.SiteID, p []wire.SiteID, pm Metrics) (time.Duration, bool) {
+// other, so a route does not flap between the two. Once settled, the
+// band widens by the noise margin on this side too (see switchGain): a
+// relay whose true gain is near half the threshold would otherwise be
+// read below it for a whole DirectHold sooner or later.
+func (r *Router) directTie(m *Matrix, dst wire.SiteID, p []wire.SiteID, pm Metrics, settled bool) (time.Duration, bool) {
 	if len(p) < 2 {
 		return 0, false
 	}
@@ -464,7 +501,11 @@ func (r *Router) directTie(m *Matrix, dst wire.SiteID, p []wire.SiteID, pm Metri
 		return 0, false
 	}
 	adv := dm.Cost - pm.Cost
-	return adv, adv < r.threshold(pm)/2
+	lim := r.threshold(pm) / 2
+	if settled {
+		lim -= r.noise(dm, pm)
+	}
+	return adv, adv < lim
 }
 
 // preferDirect moves d from its relayed path (metrics cm) to the direct
@@ -472,12 +513,13 @@ func (r *Router) directTie(m *Matrix, dst wire.SiteID, p []wire.SiteID, pm Metri
 // DirectHold (at once while settling), as directTie explains. It is
 // called when no clearly better path is pending.
 func (r *Router) preferDirect(now time.Time, m *Matrix, d *dest, dst wire.SiteID, cm Metrics) (Switch, bool) {
-	adv, tie := r.directTie(m, dst, d.path, cm)
+	settling := r.settling(now, m, d, []wire.SiteID{dst})
+	adv, tie := r.directTie(m, dst, d.path, cm, !settling)
 	if !tie {
 		d.directSince = time.Time{}
 		return Switch{}, false
 	}
-	if r.settling(now, m, d, []wire.SiteID{dst}) {
+	if settling {
 		return r.install(now, d, []wire.SiteID{dst}, installUndamped, fmt.Sprintf("settling: the relay gains only %v over the direct path", adv.Round(time.Microsecond))), true
 	}
 	if d.directSince.IsZero() {
@@ -504,8 +546,7 @@ func (r *Router) settling(now time.Time, m *Matrix, d *dest, p []wire.SiteID) bo
 // the 2 % that would make the current path one a user calls worse (the
 // oracle bound), but never below nearTieFloor.
 func (r *Router) holdFor(gain time.Duration, best Metrics) time.Duration {
-	tie := max(nearTieFloor, min(2*r.threshold(best), time.Duration(nearTieFraction*float64(best.OneWay))))
-	if gain < tie {
+	if gain < r.nearTie(best) {
 		return max(r.cfg.NearTieHold, r.cfg.Hold)
 	}
 	return r.cfg.Hold
