@@ -21,6 +21,7 @@ type net struct {
 	n      int
 	d      [][]time.Duration
 	offset []time.Duration
+	jitter time.Duration // every link's
 }
 
 func ids(n int) []wire.SiteID {
@@ -40,8 +41,9 @@ func (t *net) matrix() *Matrix {
 				continue
 			}
 			m.Set(wire.SiteID(i+1), wire.SiteID(j+1), Edge{
-				Delay: t.d[i][j] + t.offset[j] - t.offset[i],
-				RTT:   t.d[i][j] + max(t.d[j][i], 0),
+				Delay:  t.d[i][j] + t.offset[j] - t.offset[i],
+				RTT:    t.d[i][j] + max(t.d[j][i], 0),
+				Jitter: t.jitter,
 			})
 		}
 	}
@@ -593,6 +595,60 @@ func TestNearTieHold(t *testing.T) {
 	step(cfg.NearTieHold + 100*ms)
 	if !slices.Equal(path(r, 3), direct) {
 		t.Fatalf("path %v, want direct after %v of 0.7 ms gain", path(r, 3), cfg.NearTieHold)
+	}
+}
+
+// TestNearTieMustStandOutOfTheNoise: on links with 1 ms of jitter (a
+// standard error of 0.17 ms each), a relay of two links 0.7 ms better
+// than the direct path is a near tie inside two standard errors of the
+// difference (0.59 ms) beyond the threshold (0.375 ms), and is not taken
+// however long it lasts; without jitter it is taken after the near-tie
+// hold, and 1.2 ms, beyond a near tie, after Hold whatever the jitter.
+func TestNearTieMustStandOutOfTheNoise(t *testing.T) {
+	cfg := DefaultConfig()
+	for _, jitter := range []time.Duration{0, time.Millisecond} {
+		l := newLeonRun(t, 9800*time.Microsecond, "direct") // the relay: 10.1 ms
+		tn, r, step, direct, relay := l.tn, l.r, l.step, l.direct, l.relay
+		tn.jitter = jitter
+		tn.d[0][2] = 10800 * time.Microsecond
+		step(cfg.NearTieHold + 100*ms)
+		if jitter == 0 {
+			if !slices.Equal(path(r, 3), relay) {
+				t.Errorf("path %v, want the relay after %v of 0.7 ms gain on quiet links", path(r, 3), cfg.NearTieHold+100*ms)
+			}
+			continue
+		}
+		step(cfg.NearTieHold)
+		if !slices.Equal(path(r, 3), direct) {
+			t.Fatalf("path %v: a 0.7 ms gain within the noise of 1 ms of jitter moved the route", path(r, 3))
+		}
+		if why := r.Why(l.now, 3); why.Threshold < 950*time.Microsecond || !strings.Contains(why.Reason, "hysteresis") {
+			t.Errorf("why: threshold %v, reason %q; want the threshold with its noise margin, 0.96 ms", why.Threshold, why.Reason)
+		}
+		tn.d[0][2] = 11300 * time.Microsecond
+		step(cfg.Hold + 100*ms)
+		if !slices.Equal(path(r, 3), relay) {
+			t.Fatalf("path %v, want the relay after %v of a 1.2 ms gain", path(r, 3), cfg.Hold+100*ms)
+		}
+	}
+}
+
+// TestDirectTieWidensWithTheNoise: a relay that gains 0.1 ms over the
+// direct path goes direct on quiet links, and stays on links with 1 ms of
+// jitter, where half the threshold less the noise margin is below 0.
+func TestDirectTieWidensWithTheNoise(t *testing.T) {
+	for _, jitter := range []time.Duration{0, time.Millisecond} {
+		l := newLeonRun(t, 15500*time.Microsecond, "relay")
+		l.tn.jitter = jitter
+		l.tn.d[0][2] = 10200 * time.Microsecond
+		l.step(DefaultConfig().DirectHold + DefaultConfig().MinSwitchInterval)
+		want := l.direct
+		if jitter > 0 {
+			want = l.relay
+		}
+		if got := path(l.r, 3); !slices.Equal(got, want) {
+			t.Errorf("jitter %v: path %v, want %v", jitter, got, want)
+		}
 	}
 }
 
