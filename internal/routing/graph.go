@@ -33,7 +33,7 @@ type Edge struct {
 	RateKind uint8
 	// Jitter is the mean difference between the link's consecutive delay
 	// samples (measure.Filter.Jitter): the noise of its delay estimate
-	// scales with it (Metrics.Noise).
+	// scales with it (estimateNoise).
 	Jitter time.Duration
 }
 
@@ -238,8 +238,9 @@ type Metrics struct {
 	OneWay time.Duration
 	// Delivery is the probability that a packet crosses every link.
 	Delivery float64
-	// noiseVar is the sum of the squared standard errors of the links'
-	// delay estimates (see Noise).
+	// noiseVar is the variance of the path's delay estimate: the sum of
+	// the squared standard errors of its links' estimates, which are
+	// independent.
 	noiseVar float64
 }
 
@@ -249,10 +250,6 @@ type Metrics struct {
 // between consecutive samples under uniform jitter, 0.14 times under
 // normal jitter.
 const estimateNoise = 0.17
-
-// Noise is the standard error of the path's delay estimate: the links'
-// errors are independent, so their variances add.
-func (mt Metrics) Noise() time.Duration { return time.Duration(math.Sqrt(mt.noiseVar)) }
 
 // Weights turn link loss into a cost, by the model of docs/loss.md: a
 // packet lost on a link costs the flow that sent it the time its

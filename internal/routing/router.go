@@ -43,8 +43,8 @@ type Config struct {
 	// after Hold.
 	NearTieHold time.Duration
 	// NoiseMargin is how many standard errors of the difference between
-	// two paths' estimates (Metrics.Noise, from the links' jitter) a near
-	// tie must gain beyond the threshold (see switchGain).
+	// two paths' estimates (from the links' jitter) a near tie must gain
+	// beyond the threshold (see switchGain).
 	NoiseMargin float64
 	// DirectHold is how long a relayed path must gain less than half
 	// the threshold over the direct path before the route goes direct
