@@ -51,10 +51,12 @@ type Explanation struct {
 	// Candidates are sorted by cost: the direct path, every path through
 	// one relay, the best of at most MaxHops, and the chosen one.
 	Candidates []Candidate
-	// Threshold is the gain the best path needs over the chosen one (with
-	// a near tie's noise margin once settled, Router.switchGain), and
-	// PendingSince when it started to exceed it (zero if it does not).
+	// Threshold is the gain the best path needs over the chosen one, of
+	// which NoiseMargin is for the noise of the two paths' estimates
+	// (a near tie's, once settled: Router.switchGain), and PendingSince
+	// when the gain started to exceed it (zero if it does not).
 	Threshold    time.Duration
+	NoiseMargin  time.Duration
 	PendingSince time.Time
 	// Hold is how long that gain must last: Hold, NearTieHold for a
 	// near tie, or the return hold for a path left because it got worse
@@ -107,7 +109,8 @@ func (r *Router) Why(now time.Time, dst wire.SiteID) Explanation {
 		bm := r.metricsOf(m, ex.Candidates[0].Path)
 		ex.Threshold = r.threshold(bm)
 		if cm, ok := m.Measure(r.cfg.Weights, r.self, d.path); ok && !ex.Settling {
-			ex.Threshold = r.switchGain(cm, bm)
+			g := r.switchGain(cm, bm)
+			ex.Threshold, ex.NoiseMargin = g, g-ex.Threshold
 		}
 	}
 	ex.Reason = r.reason(now, ex, best)
@@ -189,7 +192,11 @@ func (r *Router) reason(now time.Time, ex Explanation, best []wire.SiteID) strin
 	}
 	gain -= ex.Candidates[0].Cost
 	if gain < ex.Threshold {
-		return fmt.Sprintf("kept by hysteresis: the best path is only %v better, below the %v threshold", gain.Round(time.Microsecond), ex.Threshold.Round(time.Microsecond))
+		noise := ""
+		if ex.NoiseMargin > 0 {
+			noise = fmt.Sprintf(" (%v of it for the noise of the two paths' estimates)", ex.NoiseMargin.Round(time.Microsecond))
+		}
+		return fmt.Sprintf("kept by hysteresis: the best path is only %v better, below the %v threshold%s", gain.Round(time.Microsecond), ex.Threshold.Round(time.Microsecond), noise)
 	}
 	if !ex.PendingSince.IsZero() && now.Sub(ex.PendingSince) < ex.Hold {
 		hold := "hold"

@@ -622,8 +622,8 @@ func TestNearTieMustStandOutOfTheNoise(t *testing.T) {
 		if !slices.Equal(path(r, 3), direct) {
 			t.Fatalf("path %v: a 0.7 ms gain within the noise of 1 ms of jitter moved the route", path(r, 3))
 		}
-		if why := r.Why(l.now, 3); why.Threshold < 950*time.Microsecond || !strings.Contains(why.Reason, "hysteresis") {
-			t.Errorf("why: threshold %v, reason %q; want the threshold with its noise margin, 0.96 ms", why.Threshold, why.Reason)
+		if why := r.Why(l.now, 3); why.Threshold < 950*time.Microsecond || why.NoiseMargin < 550*time.Microsecond || !strings.Contains(why.Reason, "for the noise") {
+			t.Errorf("why: threshold %v (noise margin %v), reason %q; want the threshold with its noise margin, 0.96 ms (0.59)", why.Threshold, why.NoiseMargin, why.Reason)
 		}
 		tn.d[0][2] = 11300 * time.Microsecond
 		step(cfg.Hold + 100*ms)
