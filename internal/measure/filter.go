@@ -259,7 +259,8 @@ func quantile(s []time.Duration, q float64) time.Duration {
 }
 
 // bandMean returns the mean of the sorted values ranked from the fraction
-// lo up to the fraction hi of them, and at least the one value below hi.
+// lo of them up to the fraction hi; a band too narrow to hold a value
+// holds the one ranked just below hi.
 func bandMean(s []time.Duration, lo, hi float64) time.Duration {
 	k := max(1, int(hi*float64(len(s))))
 	i := min(int(lo*float64(len(s))), k-1)
