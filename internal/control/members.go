@@ -132,9 +132,11 @@ func (n *Node) learn(now time.Time, rec *wire.Member, direct bool) (*member, boo
 	return m, true, nil
 }
 
-// heard records direct evidence that m is alive.
+// heard records direct evidence that m is alive, which also keeps its
+// link-state report fresh (linkstate.DB.Vouch).
 func (n *Node) heard(now time.Time, m *member) {
 	m.lastHeard = now
+	n.db.Vouch(m.id, now)
 	if m.state != StateAlive && m.state != StateLeft {
 		n.setState(now, m, StateAlive)
 	}

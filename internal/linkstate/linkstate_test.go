@@ -52,6 +52,28 @@ func TestExpire(t *testing.T) {
 	}
 }
 
+// TestVouchedReportStaysFresh: a report whose origin is heard directly
+// (its probes and replies) stays fresh though no newer report comes, and
+// expires ExpireAfter after the origin was last heard.
+func TestVouchedReportStaysFresh(t *testing.T) {
+	db := NewDB(3 * time.Second)
+	db.Apply(t0, msg(1, 1, 0))
+	db.Vouch(2, t0) // no report of 2: nothing to keep
+	for s := 1; s <= 5; s++ {
+		db.Vouch(1, t0.Add(time.Duration(s)*time.Second))
+	}
+	at := t0.Add(7 * time.Second) // the report 7 s old, its origin heard 2 s ago
+	if !db.Fresh(at, 1) || len(db.Expire(at, 9)) != 0 {
+		t.Fatal("the report of an origin heard 2 s ago expired")
+	}
+	if got := db.Expire(t0.Add(8100*time.Millisecond), 9); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("expired %v 3.1 s after the origin was last heard, want [1]", got)
+	}
+	if _, ok := db.Origin(2); ok {
+		t.Fatal("vouching created an origin")
+	}
+}
+
 func TestOriginatorSendsSignificantChangesOnly(t *testing.T) {
 	o := NewOriginator(DefaultOriginatorConfig(), 1, 1)
 	links := []Link{{From: 1, To: 2, Up: true, Delay: 5 * time.Second, RTT: 100 * time.Millisecond}}

@@ -128,6 +128,9 @@ type Net struct {
 	// Tap, when set, sees every datagram a site sends (pkt is only valid
 	// during the call: receivers open sealed datagrams in place).
 	Tap func(from, to netip.AddrPort, pkt []byte)
+	// Drop, when set, loses every datagram it returns true for, beside
+	// the links' own loss (a test's targeted loss).
+	Drop func(from, to netip.AddrPort, pkt []byte) bool
 	// Events counts the events processed.
 	Events int
 	// trafficRng draws the jitter and loss of stamped data (traffic.go)
@@ -441,7 +444,7 @@ func (n *Net) drain(s *Site) {
 		if isTrain(o.Payload) {
 			rng = n.trainRng
 		}
-		if l.Down || (l.Loss > 0 && rng.Float64() < l.Loss) {
+		if l.Down || (l.Loss > 0 && rng.Float64() < l.Loss) || (n.Drop != nil && n.Drop(from, o.To, o.Payload)) {
 			n.Lost++
 			continue
 		}
