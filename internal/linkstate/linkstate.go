@@ -435,13 +435,13 @@ func (db *DB) Retime(f func(time.Time) time.Time) {
 
 // Vouch records that the origin id was heard directly at now: a site
 // heard alive keeps its latest report fresh. Its reports come every
-// second or so over the same path as its probes and replies, and with
-// 1 % loss three in a row are lost about once in six minutes somewhere
-// among the 2,862 ordered pairs of 54 sites; expiring the report then
-// would take every link of a live relay out of the routes for a moment,
-// and move the routes through it to worse paths and back. What changes
-// in its links comes in its next report; a site that dies is no longer
-// heard, and its report expires ExpireAfter after it last was.
+// second or so over the same path as its probes and replies, and on a
+// lossy Internet several in a row are lost now and then somewhere in a
+// large overlay (docs/loss.md); expiring the report then would take
+// every link of a live relay out of the routes for a moment, and move
+// the routes through it to worse paths and back. What changes in its
+// links comes in its next report; a site that dies is no longer heard,
+// and its report expires ExpireAfter after it last was.
 func (db *DB) Vouch(id wire.SiteID, now time.Time) {
 	if o := db.origins[id]; o != nil && now.After(o.Vouched) {
 		o.Vouched = now

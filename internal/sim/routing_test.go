@@ -67,10 +67,7 @@ func TestOneWayTIV(t *testing.T) {
 // TestRelayKeptThroughLostReports: B relays A→C; every link-state report
 // from B to A is lost for 6 s, longer than a report's expiry (3.5 s),
 // while B's probes and replies still arrive. B is alive and its last
-// report the best knowledge of its links, so A keeps the route (with 1 %
-// loss three reports in a row are lost about once in six minutes among
-// 54 sites, and each time the routes through that relay moved away and
-// back).
+// report the best knowledge of its links, so A keeps the route.
 func TestRelayKeptThroughLostReports(t *testing.T) {
 	d := map[string]time.Duration{"AC": 20 * ms, "CA": 20 * ms, "AB": 5 * ms, "BA": 5 * ms, "BC": 5 * ms, "CB": 5 * ms}
 	n := triangle(d, [3]time.Duration{}, 0, 7)
