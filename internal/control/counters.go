@@ -69,6 +69,9 @@ type Counters struct {
 	// InbandSamples the samples of its own links it took from the
 	// reports it received (inband.go).
 	InbandReportsSent, InbandUnplaced, InbandSamples uint64
+	// ConfirmProbes counts the probes sent at once to decide whether a
+	// link got slower (confirm.go), beyond the regular ones.
+	ConfirmProbes uint64
 }
 
 // DroppedByKind returns the non-zero drop counters by name.

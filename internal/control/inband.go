@@ -69,6 +69,7 @@ func (n *Node) onInband(now time.Time, pkt []byte) error {
 		return nil // the link is down: its probes decide when it is up
 	}
 	n.counters.InbandSamples += uint64(r.Count)
+	n.confirm(now, m)
 	if n.ownLinkMoved(now, m) {
 		n.refreshSoon(now)
 	}

@@ -138,6 +138,10 @@ type Node struct {
 	// inbandOut and inbandIn are the in-band reports being built and
 	// parsed (inband.go).
 	inbandOut, inbandIn wire.Inband
+	// confirmTokens is the confirmation probes' token bucket, last
+	// filled at confirmAt (confirm.go).
+	confirmTokens float64
+	confirmAt     time.Time
 }
 
 // maxPendingSwitches bounds the path changes kept for Switches between two

@@ -152,6 +152,7 @@ func (n *Node) onProbeReply(now, rx time.Time, pkt []byte) error {
 		return ErrStaleReply
 	}
 	n.heard(now, m)
+	n.confirm(now, m)
 	if !wasUp || wasSuspect || n.ownLinkMoved(now, m) {
 		// A link came up or is confirmed (tell the others, drop backups),
 		// or its estimate moved.

@@ -113,6 +113,8 @@ type Filter struct {
 	runSign int
 	runPrev time.Duration // the run's previous sample
 	steps   int
+	// undecided is what Undecided reports for the latest sample.
+	undecided int
 }
 
 // NewFilter returns an empty filter. Its buffers grow with the samples it
@@ -131,6 +133,7 @@ func (f *Filter) Reset() {
 
 // Add records a sample taken at now.
 func (f *Filter) Add(now time.Time, v time.Duration) {
+	f.undecided = 0
 	f.trackJitter(v)
 	f.expire(now)
 	if len(f.samples) > 0 {
@@ -198,6 +201,13 @@ func (f *Filter) detectStep(v time.Duration) {
 	f.run++
 	settled := (v - f.runPrev).Abs() <= th
 	f.runPrev = v
+	switch {
+	case sign < 0:
+	case f.run == 1:
+		f.undecided = f.cfg.StepCount - 1
+	case f.run == f.cfg.StepCount && !settled:
+		f.undecided = f.cfg.StepCount
+	}
 	if f.run >= f.cfg.StepCount && (settled || f.run >= 2*f.cfg.StepCount) {
 		// The current sample is appended next. Samples may have expired
 		// during the run, so fewer than StepCount-1 may be left.
@@ -208,6 +218,18 @@ func (f *Filter) detectStep(v time.Duration) {
 		f.steps++
 	}
 }
+
+// Undecided returns how many more samples would decide a rise that the
+// latest sample began (StepCount − 1 of them), or left unsettled after
+// StepCount samples (as many again, up to the run that steps whatever its
+// samples); zero when the latest sample did neither. A prober that sends
+// that many probes at once learns within a round trip whether a link got
+// slower, instead of after StepCount probe intervals.
+func (f *Filter) Undecided() int { return f.undecided }
+
+// Rising reports whether the filter is in a run of samples above its
+// estimate that may yet become a step.
+func (f *Filter) Rising() bool { return f.run > 0 && f.runSign > 0 }
 
 // Pause moves the samples' times on for a pause of their observer from
 // "from" to "to" (see Resumed), so that they do not age while it could

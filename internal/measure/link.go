@@ -70,6 +70,9 @@ type Link struct {
 	ref lossRef
 	// downAfter is DownAfter stretched for the link's loss.
 	downAfter time.Duration
+	// confirm is what Confirm reports for the latest reply or in-band
+	// samples.
+	confirm int
 }
 
 // lossRef is the point up to which a link's losses are counted: the
@@ -122,6 +125,7 @@ const MaxRestamp = time.Second
 // (t4 − t1) − (t3 − t2), with t1 as echoed by the reply (the restamped
 // send time, within MaxRestamp of the recorded one).
 func (l *Link) OnReply(now, rx time.Time, r *wire.ProbeReply) error {
+	l.confirm = 0
 	p := &l.ring[r.Seq%ringLen]
 	late := time.Duration(r.ProbeSendTime - p.stamp)
 	if p.seq != r.Seq || late < 0 || late > MaxRestamp || p.at.IsZero() {
@@ -137,6 +141,7 @@ func (l *Link) OnReply(now, rx time.Time, r *wire.ProbeReply) error {
 	}
 	p.replied = true
 	l.delay.Add(now, time.Duration(r.ProbeRecvTime-r.ProbeSendTime))
+	l.confirm = l.delay.Undecided()
 	l.rtt.Add(now, rtt)
 	l.countLoss(now, r)
 	l.stretchDownAfter(now)
@@ -157,14 +162,28 @@ func (l *Link) OnReply(now, rx time.Time, r *wire.ProbeReply) error {
 // queue saw-tooths under a TCP flow (draining for a moment at each
 // loss) is not taken for idle at every drain.
 func (l *Link) AddInband(now time.Time, delays []int64) bool {
+	l.confirm = 0
 	if !l.Up(now) {
 		return false
 	}
+	began := false
 	for _, d := range delays {
 		l.inband.Add(now, time.Duration(d))
+		began = began || l.inband.Undecided() > 0
+	}
+	if began && l.inband.Rising() && !l.delay.Rising() {
+		l.confirm = l.cfg.Filter.StepCount
 	}
 	return true
 }
+
+// Confirm returns how many probes the prober should send at once, after
+// the latest reply (OnReply) or in-band samples (AddInband), to learn
+// within a round trip whether the link got slower: the probes' filter
+// needs that many more samples to decide a rise the reply began or left
+// unsettled (Filter.Undecided), or in-band samples began a rise that the
+// probes have not seen yet. Zero means none.
+func (l *Link) Confirm() int { return l.confirm }
 
 // countLoss counts the probes and replies lost since the last reference
 // reply, given a new valid reply r (not yet counted in l.replies), and

@@ -367,3 +367,69 @@ func TestInbandRisesFastFallsSlowly(t *testing.T) {
 		t.Error("a link silent for a second took in-band samples")
 	}
 }
+
+// TestFilterUndecided: the sample that begins a rise asks for the
+// StepCount − 1 samples that decide it; a rise still climbing after
+// StepCount samples (a queue filling) asks for as many again; a fall,
+// a sample within the jitter or the rest of a run ask for none.
+func TestFilterUndecided(t *testing.T) {
+	ms := time.Millisecond
+	f := NewFilter(DefaultFilterConfig())
+	now := t0
+	add := func(v time.Duration) int {
+		now = now.Add(100 * ms)
+		f.Add(now, v)
+		return f.Undecided()
+	}
+	for i := range 40 {
+		if u := add(20*ms + time.Duration(i%4)*100*time.Microsecond); u != 0 {
+			t.Fatalf("sample %d within the jitter: undecided %d", i, u)
+		}
+	}
+	if u := add(5 * ms); u != 0 {
+		t.Errorf("a sample below the estimate: undecided %d, want 0", u)
+	}
+	add(20 * ms)
+	for i, want := range []int{2, 0, 3, 0, 0} { // 30, 40, 50 ms: not settled; then 50, 50: the run of six steps
+		v := (30 + 10*time.Duration(min(i, 2))) * ms
+		if u := add(v); u != want {
+			t.Errorf("climbing sample %d (%v): undecided %d, want %d", i+1, v, u, want)
+		}
+	}
+	if e, _ := f.Estimate(now); e < 45*ms {
+		t.Errorf("estimate %v after the climb", e)
+	}
+}
+
+// TestLinkConfirm: a reply that begins a rise asks for two probes; in-band
+// samples that begin one ask for three while the probes have seen none,
+// and none once the probes are already deciding it.
+func TestLinkConfirm(t *testing.T) {
+	ms := time.Millisecond
+	l := NewLink(DefaultConfig())
+	now := t0
+	for range 30 {
+		exchange(l, now, 20*ms, 20*ms, 0, 0)
+		if c := l.Confirm(); c != 0 {
+			t.Fatalf("steady link: confirm %d", c)
+		}
+		if l.AddInband(now, []int64{int64(20 * ms)}); l.Confirm() != 0 {
+			t.Fatalf("steady in-band samples: confirm %d", l.Confirm())
+		}
+		now = now.Add(100 * ms)
+	}
+	if l.AddInband(now, []int64{int64(60 * ms)}); l.Confirm() != 3 {
+		t.Errorf("in-band samples began a rise: confirm %d, want 3", l.Confirm())
+	}
+	exchange(l, now, 60*ms, 20*ms, 0, 0)
+	if c := l.Confirm(); c != 2 {
+		t.Errorf("a reply began a rise: confirm %d, want 2", c)
+	}
+	if l.AddInband(now, []int64{int64(20 * ms), int64(60 * ms)}); l.Confirm() != 0 {
+		t.Errorf("in-band samples began a rise the probes are deciding: confirm %d, want 0", l.Confirm())
+	}
+	r := wire.ProbeReply{Seq: 9999}
+	if err := l.OnReply(now, now, &r); err == nil || l.Confirm() != 0 {
+		t.Errorf("a bad reply: %v, confirm %d", err, l.Confirm())
+	}
+}

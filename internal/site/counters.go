@@ -11,7 +11,8 @@ func (c *Core) Counters() map[string]uint64 {
 	out := map[string]uint64{"route_switches": cc.Switches, "route_computations": cc.Refreshes, "route_computation_us": cc.RefreshMicros,
 		"probe_bytes": cc.ProbeBytes, "trains_sent": cc.TrainsSent, "train_packets_in": cc.TrainPacketsIn, "train_reports": cc.TrainReports,
 		"late_wakes": cc.LateWakes, "late_wake_ms": cc.LateWakeMs,
-		"inband_reports_sent": cc.InbandReportsSent, "inband_unplaced": cc.InbandUnplaced, "inband_samples": cc.InbandSamples}
+		"inband_reports_sent": cc.InbandReportsSent, "inband_unplaced": cc.InbandUnplaced, "inband_samples": cc.InbandSamples,
+		"confirm_probes": cc.ConfirmProbes}
 	for t := range cc.In {
 		name := wire.Type(t).String()
 		if cc.In[t].Packets > 0 || cc.Out[t].Packets > 0 {

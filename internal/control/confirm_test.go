@@ -1,0 +1,139 @@
+package control
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/detour-overlay/detour/internal/wire"
+)
+
+// probesTo parses the probes to addr in outs.
+func probesTo(outs []Outgoing, addr netip.AddrPort) []wire.Probe {
+	var ps []wire.Probe
+	for _, o := range outs {
+		var p wire.Probe
+		if o.To == addr && wire.ParseProbe(o.Payload, &p) == nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// answer replies to the probes as the member would, delay after each was
+// sent (its clock 2 s ahead), and returns the probes this sends at once.
+func answer(t *testing.T, n *Node, peer wire.Member, ps []wire.Probe, now time.Time, delay time.Duration) []wire.Probe {
+	t.Helper()
+	const offset = 2 * time.Second
+	var sent []wire.Probe
+	for _, p := range ps {
+		recv := time.Unix(0, p.SendTime).Add(delay + offset).UnixNano()
+		r := wire.AppendProbeReply(nil, &wire.ProbeReply{Sender: peer.ID, Receiver: n.ID(), Seq: p.Seq,
+			ProbeSendTime: p.SendTime, ProbeRecvTime: recv, ReplySendTime: recv})
+		if err := n.Receive(now, peer.Addr, r); err != nil {
+			t.Fatalf("reply %d: %v", p.Seq, err)
+		}
+		sent = append(sent, probesTo(n.Outbox(), peer.Addr)...)
+	}
+	return sent
+}
+
+// TestConfirmationProbes: a reply that reads the link 30 ms slower than
+// its estimate makes the node send the two probes that decide the rise
+// at once; when they read the same, the estimate has followed, one round
+// trip after the first slow reply instead of two probe intervals. A
+// reply within the link's jitter, or faster, sends none.
+func TestConfirmationProbes(t *testing.T) {
+	n := newNode(t)
+	peer := wire.Member{ID: wire.SiteIDFromName("seoul"), Incarnation: 5, Addr: netip.MustParseAddrPort("10.0.0.2:4789"), Name: "seoul"}
+	hello, _ := wire.AppendHello(nil, &peer, wire.HelloFlagReply)
+	if err := n.Receive(t0, peer.Addr, hello); err != nil {
+		t.Fatal(err)
+	}
+	n.Outbox()
+	now := t0
+	// probe ticks until the node sends its next regular probe, and answers
+	// it at the link's delay.
+	probe := func(delay time.Duration) []wire.Probe {
+		for range 1000 {
+			now = now.Add(5 * time.Millisecond)
+			n.Tick(now)
+			if ps := probesTo(n.Outbox(), peer.Addr); len(ps) > 0 {
+				return answer(t, n, peer, ps, now.Add(2*delay), delay)
+			}
+		}
+		t.Fatal("no probe in 5 s")
+		return nil
+	}
+	for i := range 50 {
+		if extra := probe(20*time.Millisecond + time.Duration(i%3)*100*time.Microsecond); len(extra) > 0 {
+			t.Fatalf("probe %d on a steady link sent %d confirmation probes", i, len(extra))
+		}
+	}
+	if extra := probe(15 * time.Millisecond); len(extra) > 0 {
+		t.Fatalf("a faster reply sent %d confirmation probes", len(extra))
+	}
+	probe(20 * time.Millisecond)
+	probe(20 * time.Millisecond)
+	probe(20 * time.Millisecond)
+	extra := probe(50 * time.Millisecond)
+	if len(extra) != 2 {
+		t.Fatalf("a reply 30 ms slower sent %d confirmation probes, want 2", len(extra))
+	}
+	if more := answer(t, n, peer, extra, now.Add(100*time.Millisecond), 50*time.Millisecond); len(more) > 0 {
+		t.Errorf("the confirmations' replies sent %d more", len(more))
+	}
+	m := n.members[peer.ID]
+	if d := m.link.Stats(now.Add(100*time.Millisecond)).Delay - 2*time.Second; d != 50*time.Millisecond {
+		t.Errorf("estimate %v after the confirmations; want the new 50 ms", d)
+	}
+	if c := n.Counters().ConfirmProbes; c != 2 {
+		t.Errorf("ConfirmProbes %d, want 2", c)
+	}
+}
+
+// TestConfirmationProbesAreBounded: when every link of a site reads 30 ms
+// slower at once (its own access link filling), the confirmation probes
+// it sends at once are bounded by the bucket, not by its member count.
+func TestConfirmationProbesAreBounded(t *testing.T) {
+	n := newNode(t)
+	var peers []wire.Member
+	for i := range 30 {
+		name := fmt.Sprintf("site-%d", i)
+		p := wire.Member{ID: wire.SiteIDFromName(name), Incarnation: 5, Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}), 4789), Name: name}
+		hello, _ := wire.AppendHello(nil, &p, wire.HelloFlagReply)
+		if err := n.Receive(t0, p.Addr, hello); err != nil {
+			t.Fatal(err)
+		}
+		peers = append(peers, p)
+	}
+	n.Outbox()
+	now := t0
+	// round ticks for 100 ms, answers every probe at delay and returns
+	// the confirmation probes sent.
+	round := func(delay time.Duration) int {
+		sent := 0
+		for range 20 {
+			now = now.Add(5 * time.Millisecond)
+			n.Tick(now)
+			outs := n.Outbox()
+			for _, p := range peers {
+				sent += len(answer(t, n, p, probesTo(outs, p.Addr), now, delay))
+			}
+		}
+		return sent
+	}
+	for range 20 {
+		if c := round(20 * time.Millisecond); c > 0 {
+			t.Fatalf("%d confirmation probes on steady links", c)
+		}
+	}
+	first := round(50 * time.Millisecond)
+	if first != confirmBurst {
+		t.Errorf("%d confirmation probes when 30 links slowed at once; want the bucket's %d", first, confirmBurst)
+	}
+	if c := int(n.Counters().ConfirmProbes); c != first {
+		t.Errorf("ConfirmProbes %d, want %d", c, first)
+	}
+}
