@@ -31,7 +31,9 @@ type Config struct {
 	// CollapseHold replaces Hold, when shorter, while the current path
 	// has collapsed (see collapsed): its estimate already followed a
 	// lasting rise (the filters take a step only once several samples
-	// agree), and every moment on it costs the traffic the rise.
+	// agree, and the prober sends the samples that decide a rise as soon
+	// as it sees one), and every moment on it costs the traffic the rise.
+	// The default is none.
 	CollapseHold time.Duration
 	// NearTieHold is how long a near tie (see holdFor) must last
 	// instead: such a gain is within the noise of two nearly equal paths
@@ -123,7 +125,7 @@ func DefaultConfig() Config {
 		MinGain:      375 * time.Microsecond,
 		GainFraction: 0.015,
 		Hold:         300 * time.Millisecond,
-		CollapseHold: 100 * time.Millisecond,
+		CollapseHold: 0,
 		NearTieHold:  12 * time.Second,
 		NoiseMargin:  2,
 		DirectHold:   30 * time.Second,
