@@ -67,11 +67,16 @@ type ScaleReport struct {
 	// (the others are estimates settling on a real gain).
 	RouteChangesNoise int `json:"route_changes_noise"`
 	// SlowedReroute is the time from a direct link getting 100 ms slower
-	// to its route leaving it (5 links, limit 10 s).
-	SlowedReroute *Durations `json:"slowed_link_reroute,omitempty"`
-	// SlowedBusyReroute is the same for 5 other links, each carrying a
-	// flow of stamped data (in-band samples) when it slows.
-	SlowedBusyReroute *Durations `json:"slowed_busy_link_reroute,omitempty"`
+	// to its route leaving it (5 links, limit 10 s), and
+	// SlowedRerouteBeyondRTT the same less the slowed link's new round
+	// trip, before which no measurement can tell its source.
+	SlowedReroute          *Durations `json:"slowed_link_reroute,omitempty"`
+	SlowedRerouteBeyondRTT *Durations `json:"slowed_link_reroute_beyond_rtt,omitempty"`
+	// SlowedBusyReroute and SlowedBusyRerouteBeyondRTT are the same for
+	// 5 other links, each carrying a flow of stamped data (in-band
+	// samples) when it slows.
+	SlowedBusyReroute          *Durations `json:"slowed_busy_link_reroute,omitempty"`
+	SlowedBusyRerouteBeyondRTT *Durations `json:"slowed_busy_link_reroute_beyond_rtt,omitempty"`
 	// KilledRelay is the relay killed and the time until each route it
 	// relayed is carried on a path avoiding it (limit 5 s).
 	KilledRelay      string     `json:"killed_relay,omitempty"`
@@ -148,11 +153,11 @@ func RunScale(o ScaleOptions) ScaleReport {
 	p, _ := n.sites[0].Node.DetectionTimes()
 	rep.ProbeIntervalMs = float64(p.Microseconds()) / 1000
 	if o.Events {
-		s := n.SlowLinks(5, 100*time.Millisecond, 10*time.Second, o.Seed, false)
-		rep.SlowedReroute = &s
+		s, sb := n.SlowLinks(5, 100*time.Millisecond, 10*time.Second, o.Seed, false)
+		rep.SlowedReroute, rep.SlowedRerouteBeyondRTT = &s, &sb
 		n.RunFor(2 * time.Second)
-		b := n.SlowLinks(5, 100*time.Millisecond, 10*time.Second, o.Seed+1, true)
-		rep.SlowedBusyReroute = &b
+		b, bb := n.SlowLinks(5, 100*time.Millisecond, 10*time.Second, o.Seed+1, true)
+		rep.SlowedBusyReroute, rep.SlowedBusyRerouteBeyondRTT = &b, &bb
 		n.RunFor(2 * time.Second)
 		name, k := n.KillRelay(5 * time.Second)
 		rep.KilledRelay, rep.KilledRelayCover = name, &k

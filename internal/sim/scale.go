@@ -304,10 +304,13 @@ func (n *Net) KillRelay(limit time.Duration) (string, Durations) {
 // SlowLinks makes up to k links that carry a direct route slower by
 // extra (chosen at random among those with a relayed path that then
 // wins by at least 5 ms), and measures how long until each route leaves
-// its link, up to limit. With busy, each chosen route carries a flow of
-// stamped data (AddTraffic) for busyWarm before its link slows, so that
-// the link is measured in-band as well.
-func (n *Net) SlowLinks(k int, extra, limit time.Duration, seed uint64, busy bool) Durations {
+// its link, up to limit: from the moment the link slows, and beyond the
+// slowed link's new round trip (its new mean delay and the way back's),
+// the soonest that any measurement taken at the far end can tell the
+// source. With busy, each chosen route carries a flow of stamped data
+// (AddTraffic) for busyWarm before its link slows, so that the link is
+// measured in-band as well.
+func (n *Net) SlowLinks(k int, extra, limit time.Duration, seed uint64, busy bool) (fromOnset, beyondRTT Durations) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x510))
 	type pick struct{ a, b *Site }
 	var cands []pick
@@ -362,7 +365,7 @@ func (n *Net) SlowLinks(k int, extra, limit time.Duration, seed uint64, busy boo
 	}
 	at := n.Now()
 	done := make([]bool, len(chosen))
-	var times []time.Duration
+	var times, beyond []time.Duration
 	n.stepUntil(at.Add(limit), func() bool {
 		for i, c := range chosen {
 			if done[i] {
@@ -370,12 +373,15 @@ func (n *Net) SlowLinks(k int, extra, limit time.Duration, seed uint64, busy boo
 			}
 			if r, ok := c.a.Node.Table().Lookup(c.b.ID); ok && !(len(r.Path) == 1 && r.Path[0] == c.b.ID) {
 				done[i] = true
-				times = append(times, n.Now().Sub(at))
+				took := n.Now().Sub(at)
+				rtt := n.links[[2]int{c.a.index, c.b.index}].Mean() + n.links[[2]int{c.b.index, c.a.index}].Mean()
+				times, beyond = append(times, took), append(beyond, took-rtt)
 			}
 		}
 		return len(times) == len(chosen)
 	})
-	return summarise(times, len(chosen)-len(times))
+	missed := len(chosen) - len(times)
+	return summarise(times, missed), summarise(beyond, missed)
 }
 
 // busyWarm is how long the flows of SlowLinks' busy links run before

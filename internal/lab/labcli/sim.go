@@ -143,14 +143,15 @@ func printSim(w io.Writer, r sim.ScaleReport) {
 	}
 	fmt.Fprintf(w, "route changes in the window: %d (%d not to a truly shorter path); probe interval %.0f ms, %.1f members per site probed at the full rate\n",
 		r.RouteChanges, r.RouteChangesNoise, r.ProbeIntervalMs, r.HotPerSite)
-	if r.SlowedReroute != nil {
-		s := r.SlowedReroute
-		fmt.Fprintf(w, "slowed links rerouted: %d, p50 %.0f ms, p95 %.0f ms, max %.0f ms, not within 10 s: %d\n", s.Count, s.P50ms, s.P95ms, s.MaxMs, s.Missed)
+	slowed := func(what string, s, b *sim.Durations) {
+		if s == nil || b == nil {
+			return
+		}
+		fmt.Fprintf(w, "%s rerouted: %d, p50 %.0f ms, p95 %.0f ms, max %.0f ms (beyond the slowed link's round trip: p50 %.0f, p95 %.0f, max %.0f ms), not within 10 s: %d\n",
+			what, s.Count, s.P50ms, s.P95ms, s.MaxMs, b.P50ms, b.P95ms, b.MaxMs, s.Missed)
 	}
-	if r.SlowedBusyReroute != nil {
-		s := r.SlowedBusyReroute
-		fmt.Fprintf(w, "slowed links carrying traffic rerouted: %d, p50 %.0f ms, p95 %.0f ms, max %.0f ms, not within 10 s: %d\n", s.Count, s.P50ms, s.P95ms, s.MaxMs, s.Missed)
-	}
+	slowed("slowed links", r.SlowedReroute, r.SlowedRerouteBeyondRTT)
+	slowed("slowed links carrying traffic", r.SlowedBusyReroute, r.SlowedBusyRerouteBeyondRTT)
 	if r.KilledRelayCover != nil {
 		k := r.KilledRelayCover
 		fmt.Fprintf(w, "killed relay %s: %d routes covered, p50 %.0f ms, p95 %.0f ms, max %.0f ms, not within 5 s: %d\n",
