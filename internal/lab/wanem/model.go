@@ -93,9 +93,29 @@ type Link struct {
 	rng   *rand.Rand
 	// last is the latest arrival time handed out.
 	last int64
+	// onset is when the latest load began to queue (see Onset); run is
+	// when the current run of packets waiting QueueOnset or more began
+	// (zero: the last packet waited less), and high when a packet last
+	// waited QueueLoad or more.
+	onset, run, high int64
 	// Counters.
 	Offered, Lost, QueueDrops uint64
 }
+
+// A load on a link is a run of packets each waiting QueueOnset or more
+// that reaches QueueLoad; its onset is the first packet of that run. A
+// queue that only blips up to a few milliseconds is no load, and one that
+// drains for a moment (a TCP flow at each loss) is the same load until no
+// packet has waited QueueLoad for IdleReset.
+const (
+	QueueOnset = 5 * time.Millisecond
+	QueueLoad  = 20 * time.Millisecond
+	IdleReset  = time.Second
+)
+
+// Onset returns when the latest load on the link began to queue, and
+// whether there was one.
+func (l *Link) Onset() (int64, bool) { return l.onset, l.onset != 0 }
 
 // NewLink returns a link with the given properties whose random choices
 // (loss, jitter) come from a generator seeded with seed.
@@ -124,6 +144,7 @@ func (l *Link) Offer(now int64, size int) (int64, bool) {
 		l.Lost++
 		return 0, false
 	}
+	l.trackOnset(now)
 	sent, ok := l.pipe.Offer(now, size)
 	if !ok {
 		l.QueueDrops++
@@ -135,6 +156,25 @@ func (l *Link) Offer(now int64, size int) (int64, bool) {
 	}
 	l.last = max(l.last, t)
 	return t, true
+}
+
+// trackOnset updates the onset for a packet offered at now.
+func (l *Link) trackOnset(now int64) {
+	wait := l.pipe.Backlog(now)
+	if wait < QueueOnset {
+		l.run = 0
+		return
+	}
+	if l.run == 0 {
+		l.run = now
+	}
+	if wait < QueueLoad {
+		return
+	}
+	if l.high == 0 || now-l.high > int64(IdleReset) {
+		l.onset = l.run
+	}
+	l.high = now
 }
 
 // delaySample is the propagation delay plus a jitter drawn uniformly from

@@ -218,3 +218,45 @@ func BenchmarkLinkOffer(b *testing.B) {
 		l.Offer(now, 1500)
 	}
 }
+
+// TestLinkOnset: a load's onset is the first packet of the run that
+// waited QueueOnset or more and reached QueueLoad; a blip of a few
+// milliseconds is none, a drain for a moment goes on with the same load,
+// and a queue after no packet waited QueueLoad for IdleReset (a trickle
+// of small packets meanwhile) is a new one.
+func TestLinkOnset(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	p := props(10 * time.Millisecond)
+	p.Rate = 12e6 // a 1500-byte packet takes 1 ms to send
+	p.Queue = scenario.Queue{Bytes: 40000}
+	l := NewLink(p, 1)
+	// burst offers k packets at at, one every gap.
+	burst := func(at, gap int64, k int) {
+		for i := range k {
+			l.Offer(at+int64(i)*gap, 1500)
+		}
+	}
+	base := 10_000 * ms
+	burst(base, 0, 8) // a blip: the last packet waits 7 ms
+	if at, ok := l.Onset(); ok {
+		t.Fatalf("onset %v after a blip of 7 ms", time.Duration(at))
+	}
+	// The queue grows by 0.5 ms a packet: 5 ms at the 11th, 20 ms at the 41st.
+	start := base + 100*ms
+	burst(start, ms/2, 45)
+	want := start + 5*ms
+	if at, ok := l.Onset(); !ok || at != want {
+		t.Fatalf("onset %v, %v; want the 11th packet, %v", time.Duration(at), ok, time.Duration(want))
+	}
+	burst(base+300*ms, 0, 25) // drained for a moment, then a load again
+	if at, _ := l.Onset(); at != want {
+		t.Errorf("a queue after a short drain moved the onset to %v", time.Duration(at))
+	}
+	for at := base + 400*ms; at < base+2000*ms; at += 100 * ms {
+		burst(at, 0, 1) // small packets that never wait
+	}
+	burst(base+2000*ms, 0, 25)
+	if at, ok := l.Onset(); !ok || at != base+2000*ms {
+		t.Errorf("new onset %v, %v; want %v", time.Duration(at), ok, time.Duration(base+2000*ms))
+	}
+}

@@ -217,3 +217,8 @@ func (s *scheduler) wake() { unix.Write(s.efd, eventOne) }
 func monoClock(start time.Time) func() int64 {
 	return func() int64 { return int64(time.Since(start)) + int64(time.Second) }
 }
+
+// monoTime returns the wall time of t, a reading of monoClock(start).
+func monoTime(start time.Time, t int64) time.Time {
+	return start.Add(time.Duration(t) - time.Second)
+}

@@ -19,6 +19,9 @@ type LinkTruth struct {
 	RateBPS  uint64  `json:"rate_bps"`
 	// QueueMS is the link's queueing delay right now.
 	QueueMS float64 `json:"queue_ms"`
+	// QueueOnset is when the latest load on the link began to queue
+	// (Link.Onset; omitted if there was none).
+	QueueOnset *time.Time `json:"queue_onset,omitempty"`
 	// ExpectedMS is the one-way delay a small packet entering the link now
 	// would get without jitter: configured delay + current queueing.
 	ExpectedMS float64 `json:"expected_ms"`
@@ -79,6 +82,10 @@ func (e *Emulator) linkTruth(a, b int, ls *linkState, now int64) LinkTruth {
 		QueueMS:    durMS(ls.link.Backlog(now)),
 		ExpectedMS: durMS(ls.link.Backlog(now) + p.Delay),
 		Delivered:  ls.delivered, Lost: ls.link.Lost, QueueDrops: ls.link.QueueDrops + ls.downDrops, Late: ls.late,
+	}
+	if at, ok := ls.link.Onset(); ok {
+		t := monoTime(e.start, at)
+		lt.QueueOnset = &t
 	}
 	if ls.delivered > 0 {
 		lt.MeasuredMS, lt.LastMS = nsToMS(ls.ewma), nsToMS(ls.lastDelay)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/detour-overlay/detour/internal/api"
 	"github.com/detour-overlay/detour/internal/config"
+	"github.com/detour-overlay/detour/internal/history"
 	"github.com/detour-overlay/detour/internal/lab/experiment/nsnet"
 )
 
@@ -35,6 +36,13 @@ func (a *Agent) Routes() ([]api.Route, error) {
 func (a *Agent) Links() ([]api.Link, error) {
 	var l []api.Link
 	return l, a.c.Get("/v1/links", &l)
+}
+
+// Changes returns the route changes the agent kept, oldest first, with
+// the times it made them (GET /v1/history).
+func (a *Agent) Changes() ([]history.Event, error) {
+	var h api.HistoryIndex
+	return h.Events, a.c.Get("/v1/history", &h)
 }
 
 // PinDirect forces the direct path to dest (`detour route pin DEST`).

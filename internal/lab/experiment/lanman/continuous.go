@@ -8,17 +8,22 @@ import (
 
 	"github.com/detour-overlay/detour/internal/lab/experiment/results"
 	"github.com/detour-overlay/detour/internal/lab/experiment/store"
+	"github.com/detour-overlay/detour/internal/lab/wanem"
 )
 
 // Continuous is the run of the paper's Figure 7: alternating reads and
 // writes from the client to the leader while the cross traffic starts and
 // detour reacts on its own.
 type Continuous struct {
-	Overlay                string
-	Start, LoadStart, End  time.Time
-	Samples                []store.Sample
-	Routes                 []RouteEvent
-	Truth                  []TruthPoint
+	Overlay               string
+	Start, LoadStart, End time.Time
+	Samples               []store.Sample
+	Routes                []RouteEvent
+	Truth                 []TruthPoint
+	// Changes are the path changes between the loaded sites that the
+	// agents recorded, at the times they made them (the polled Routes
+	// see them up to a poll interval late).
+	Changes                []RouteEvent
 	routeMu, truthMu       sync.Mutex
 	lastPath               map[[2]string]string
 	routeErrs, truthErrors int
@@ -42,11 +47,14 @@ type TruthPoint struct {
 	Time              time.Time
 	From, To          string
 	ExpectedMS, Queue float64
+	// Onset is when the latest load on the link began to queue, to the
+	// packet (wanem's Link.Onset; zero if there was none).
+	Onset time.Time
 }
 
 // onsetQueueMs is the queueing delay on a loaded link that marks the onset
-// of the load.
-const onsetQueueMs = 5
+// of the load when polled: the emulator's.
+const onsetQueueMs = int(wanem.QueueOnset / time.Millisecond)
 
 // continuous runs the continuous experiment on the current overlay.
 func (x *run) continuous(ctx context.Context) error {
@@ -94,9 +102,10 @@ func (x *run) continuous(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	cr.Changes = x.recordedChanges(cr.Start)
 	x.res.Continuous[x.ov] = cr
 	x.res.Records = append(x.res.Records, cr.records()...)
-	x.logf("continuous run: %d operations, %d route events", len(cr.Samples), len(cr.Routes))
+	x.logf("continuous run: %d operations, %d route events polled, %d recorded by the agents", len(cr.Samples), len(cr.Routes), len(cr.Changes))
 	return nil
 }
 
@@ -120,6 +129,30 @@ func (x *run) waitQuiet(ctx context.Context) error {
 	}
 	x.logf("warning: detour still relays %s<->%s 30 s after the load stopped", LoadA, LoadB)
 	return nil
+}
+
+// recordedChanges returns the path changes between the loaded sites that
+// their agents recorded since start (nil without agents, or for an agent
+// that could not be asked).
+func (x *run) recordedChanges(start time.Time) []RouteEvent {
+	var out []RouteEvent
+	for _, p := range [][2]string{{LoadB, LoadA}, {LoadA, LoadB}} {
+		a := x.agents[p[0]]
+		if a == nil {
+			continue
+		}
+		events, err := a.Changes()
+		if err != nil {
+			x.logf("route changes of %s: %v", p[0], err)
+			continue
+		}
+		for _, e := range events {
+			if e.Dest == p[1] && !e.At.Before(start) {
+				out = append(out, RouteEvent{Time: e.At, From: p[0], To: p[1], Path: e.To})
+			}
+		}
+	}
+	return out
 }
 
 // pollRoutes records every change of the paths LoadB->LoadA and
@@ -168,7 +201,11 @@ func (x *run) pollTruth(ctx context.Context, cr *Continuous) {
 			if (l.From == LoadA && l.To == LoadB) || (l.From == LoadB && l.To == LoadA) ||
 				(l.From == LoadA && l.To == Relay) || (l.From == Relay && l.To == LoadB) {
 				cr.truthMu.Lock()
-				cr.Truth = append(cr.Truth, TruthPoint{Time: now, From: l.From, To: l.To, ExpectedMS: l.ExpectedMS, Queue: l.QueueMS})
+				p := TruthPoint{Time: now, From: l.From, To: l.To, ExpectedMS: l.ExpectedMS, Queue: l.QueueMS}
+				if l.QueueOnset != nil {
+					p.Onset = *l.QueueOnset
+				}
+				cr.Truth = append(cr.Truth, p)
 				cr.truthMu.Unlock()
 			}
 		}
@@ -188,11 +225,23 @@ type Reaction struct {
 	// After is, per direction "A->B", the time from the start of the load
 	// (the command that starts it) to the first relayed path.
 	After map[string]time.Duration
-	// Onset is when the emulator first saw a queue of onsetQueueMs on a
-	// loaded link (zero if never); AfterOnset is the time from it to the
-	// last of the two directions' changes.
-	Onset      time.Time
-	AfterOnset time.Duration
+	// Onset is when the load began to queue on a loaded link (zero if
+	// never); AfterOnset is the time from it to the last of the two
+	// directions' changes. OnsetDir and AfterOnsetDir are the same per
+	// direction: from the onset on that direction's link to that
+	// direction's change, the overlay's own reaction time. Onsets are
+	// the emulator's, to the packet (TruthPoint.Onset: the first packet
+	// of the run that waited 5 ms or more and reached 20 ms), else the
+	// first poll that saw onsetQueueMs of queue; changes are the agents'
+	// own times when they were fetched (Continuous.Changes), else the
+	// first poll that saw the new path.
+	Onset         time.Time
+	AfterOnset    time.Duration
+	OnsetDir      map[string]time.Time
+	AfterOnsetDir map[string]time.Duration
+	// Exact says that every onset and change was known to the packet and
+	// the agent's clock, not by polling.
+	Exact bool
 	// MaxMs is the largest single-operation latency from 2 s before the
 	// (last) change to 2 s after it, or over the whole loaded period when
 	// there was no change; ExcessMs is the largest amount by which an
@@ -214,28 +263,31 @@ type Reaction struct {
 
 // React computes the Reaction of a continuous run.
 func (cr *Continuous) React() Reaction {
-	r := Reaction{After: map[string]time.Duration{}, IdleMedian: map[string]float64{}, SettledMedian: map[string]float64{}}
+	r := Reaction{After: map[string]time.Duration{}, IdleMedian: map[string]float64{}, SettledMedian: map[string]float64{},
+		AfterOnsetDir: map[string]time.Duration{}}
 	change := cr.LoadStart
-	for _, e := range cr.Routes {
-		dir := e.From + "->" + e.To
-		if _, done := r.After[dir]; done || e.Time.Before(cr.LoadStart) || !e.Relayed() {
-			continue
-		}
-		r.After[dir] = e.Time.Sub(cr.LoadStart)
+	changes, exactChanges := cr.firstRelayed()
+	for dir, at := range changes {
+		r.After[dir] = at.Sub(cr.LoadStart)
 		r.Rerouted = true
-		if e.Time.After(change) {
-			change = e.Time
+		if at.After(change) {
+			change = at
 		}
 	}
-	for _, p := range cr.Truth {
-		if !p.Time.Before(cr.LoadStart) && p.Queue >= onsetQueueMs && p.From != Relay && p.To != Relay {
-			r.Onset = p.Time
-			break
+	var exactOnsets bool
+	r.OnsetDir, exactOnsets = cr.onsets()
+	for dir, at := range r.OnsetDir {
+		if r.Onset.IsZero() || at.Before(r.Onset) {
+			r.Onset = at
+		}
+		if c, ok := changes[dir]; ok {
+			r.AfterOnsetDir[dir] = c.Sub(at)
 		}
 	}
 	if r.Rerouted && !r.Onset.IsZero() {
 		r.AfterOnset = change.Sub(r.Onset)
 	}
+	r.Exact = r.Rerouted && exactChanges && exactOnsets
 	lo, hi := cr.LoadStart, cr.End
 	if r.Rerouted {
 		lo, hi = change.Add(-2*time.Second), change.Add(2*time.Second)
@@ -281,6 +333,61 @@ func (cr *Continuous) React() Reaction {
 		}
 	}
 	return r
+}
+
+// firstRelayed returns, per direction "A->B" between the loaded sites,
+// when its path first became relayed after the load started: from the
+// agents' own records when there are any, else from the polls; exact
+// says the former.
+func (cr *Continuous) firstRelayed() (at map[string]time.Time, exact bool) {
+	first := func(events []RouteEvent) map[string]time.Time {
+		out := map[string]time.Time{}
+		for _, e := range events {
+			dir := e.From + "->" + e.To
+			if prev, done := out[dir]; e.Time.Before(cr.LoadStart) || !e.Relayed() || (done && !e.Time.Before(prev)) {
+				continue
+			}
+			out[dir] = e.Time
+		}
+		return out
+	}
+	polled, recorded := first(cr.Routes), first(cr.Changes)
+	exact = len(polled) > 0
+	for dir := range polled {
+		if t, ok := recorded[dir]; ok {
+			polled[dir] = t
+		} else {
+			exact = false
+		}
+	}
+	return polled, exact
+}
+
+// onsets returns, per loaded direction "A->B", when the load began to
+// queue on its link: to the packet when the emulator said, else the
+// first poll that saw onsetQueueMs of queue; exact says the former for
+// every direction.
+func (cr *Continuous) onsets() (at map[string]time.Time, exact bool) {
+	at = map[string]time.Time{}
+	exact = true
+	polled := map[string]bool{}
+	for _, p := range cr.Truth {
+		dir := p.From + "->" + p.To
+		if p.Time.Before(cr.LoadStart) || p.From == Relay || p.To == Relay {
+			continue
+		}
+		prev, seen := at[dir]
+		switch {
+		case !p.Onset.IsZero() && !p.Onset.Before(cr.LoadStart) && (!seen || polled[dir] || p.Onset.Before(prev)):
+			at[dir], polled[dir] = p.Onset, false
+		case !seen && p.Queue >= float64(onsetQueueMs):
+			at[dir], polled[dir] = p.Time, true
+		}
+	}
+	for _, p := range polled {
+		exact = exact && !p
+	}
+	return at, exact && len(at) > 0
 }
 
 // records converts the run's samples.

@@ -107,6 +107,28 @@ func TestReactFindsTheChangeAndTheSpike(t *testing.T) {
 	if r.IdleMedian["read"] != 62 || r.SettledMedian["write"] != 125 {
 		t.Errorf("medians idle %v settled %v", r.IdleMedian, r.SettledMedian)
 	}
+	if r.Exact || r.AfterOnsetDir["LAN->CLU"] != 300*time.Millisecond {
+		t.Errorf("polled: exact %v, LAN->CLU %v after its onset; want false and 300ms", r.Exact, r.AfterOnsetDir["LAN->CLU"])
+	}
+
+	// The same run with the emulator's onsets and the agents' own times:
+	// each direction is timed from its own link's queue.
+	cr.Truth = append(cr.Truth,
+		TruthPoint{Time: at(10.5), From: "CLU", To: "LAN", Queue: 12, Onset: at(10.42)},
+		TruthPoint{Time: at(10.7), From: "LAN", To: "CLU", Queue: 30, Onset: at(10.46)},
+		TruthPoint{Time: at(10.9), From: "LAN", To: "CLU", Queue: 30, Onset: at(10.46)})
+	cr.Changes = []RouteEvent{
+		{Time: at(9.0), From: "LAN", To: "CLU", Path: []string{"NEU", "CLU"}}, // before the load
+		{Time: at(10.74), From: "LAN", To: "CLU", Path: []string{"NEU", "CLU"}},
+		{Time: at(10.93), From: "CLU", To: "LAN", Path: []string{"NEU", "LAN"}},
+	}
+	r = cr.React()
+	if !r.Exact || r.AfterOnsetDir["LAN->CLU"] != 280*time.Millisecond || r.AfterOnsetDir["CLU->LAN"] != 510*time.Millisecond {
+		t.Errorf("exact %v, after each onset %v: want true, LAN->CLU 280ms and CLU->LAN 510ms", r.Exact, r.AfterOnsetDir)
+	}
+	if !r.Onset.Equal(at(10.42)) || r.After["CLU->LAN"] != 930*time.Millisecond || r.AfterOnset != 510*time.Millisecond {
+		t.Errorf("onset %v, CLU->LAN %v after the load, %v after the onset: want 10.42 s, 930ms, 510ms", r.Onset.Sub(t0), r.After["CLU->LAN"], r.AfterOnset)
+	}
 }
 
 func TestReactWithoutChange(t *testing.T) {

@@ -146,12 +146,17 @@ func (r *Result) writeReroutes(w io.Writer) {
 		} else {
 			var dirs []string
 			for _, d := range sortedKeys(re.After) {
-				dirs = append(dirs, fmt.Sprintf("%s %v", d, re.After[d].Round(time.Millisecond)))
+				dir := fmt.Sprintf("%s %v", d, re.After[d].Round(time.Millisecond))
+				if a, ok := re.AfterOnsetDir[d]; ok {
+					dir += fmt.Sprintf(" (%v after its link's queue began to build)", a.Round(time.Millisecond))
+				}
+				dirs = append(dirs, dir)
 			}
-			fmt.Fprintf(w, "rerouted after the load was started: %s", strings.Join(dirs, ", "))
-			if !re.Onset.IsZero() {
-				fmt.Fprintf(w, " (both directions %v after the first %d ms of queueing)", re.AfterOnset.Round(time.Millisecond), onsetQueueMs)
+			how := "the agents' times; onsets to the packet: the first of a run that waited 5 ms or more and reached 20 ms"
+			if !re.Exact {
+				how = fmt.Sprintf("polled: changes up to 100 ms late, onsets (%d ms of queue) up to 200 ms", onsetQueueMs)
 			}
+			fmt.Fprintf(w, "rerouted after the load was started: %s [%s]", strings.Join(dirs, ", "), how)
 			fmt.Fprintf(w, "\n  largest latency: %.1f ms between the start of the load and the change; %.1f ms (%.1f ms above the idle median of its kind) in flight at the change or within 2 s after it; %.1f ms within 2 s either side\n",
 				re.BeforeMaxMs, re.SwitchMaxMs, re.SwitchExcessMs, re.MaxMs)
 			fmt.Fprintf(w, "  %d path changes between %s and %s while the load ran\n", re.Changes, LoadA, LoadB)

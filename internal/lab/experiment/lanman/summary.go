@@ -130,7 +130,11 @@ func (r *Result) writeSwitchSummary(w io.Writer) {
 		}
 		var dirs []string
 		for _, d := range sortedKeys(re.After) {
-			dirs = append(dirs, fmt.Sprintf("%s %.1f s", d, re.After[d].Seconds()))
+			dir := fmt.Sprintf("%s %.1f s", d, re.After[d].Seconds())
+			if a, ok := re.AfterOnsetDir[d]; ok {
+				dir += fmt.Sprintf(" (%.0f ms after its queue began to build)", float64(a)/1e6)
+			}
+			dirs = append(dirs, dir)
 		}
 		fmt.Fprintf(w, "%s, continuous run: rerouted %s after the load started\n", ov, strings.Join(dirs, ", "))
 		fmt.Fprintf(w, "  largest latency from 2 s before to 2 s after the switch: %.1f ms (%.1f ms above the idle median of its kind)\n",
