@@ -2,6 +2,7 @@ package proc
 
 import (
 	"os/exec"
+	"slices"
 	"time"
 )
 
@@ -51,4 +52,16 @@ func (g *Group) Children() []*Child { return g.children }
 func (g *Group) Stop(grace time.Duration) {
 	StopAll(g.children, grace)
 	g.children = nil
+}
+
+// StopOne ends the server name by PID, as Stop does, and forgets it; it
+// reports whether the group had it.
+func (g *Group) StopOne(name string, grace time.Duration) bool {
+	i := slices.IndexFunc(g.children, func(c *Child) bool { return c.Name == name })
+	if i < 0 {
+		return false
+	}
+	StopAll(g.children[i:i+1], grace)
+	g.children = slices.Delete(g.children, i, i+1)
+	return true
 }

@@ -136,3 +136,28 @@ func TestStopAll(t *testing.T) {
 		t.Errorf("StopAll took %v; want the grace of 300ms for the stubborn child, then a kill", d)
 	}
 }
+
+// StopOne ends one child of a group by name and leaves the others.
+func TestGroupStopOne(t *testing.T) {
+	dir := t.TempDir()
+	var g Group
+	for _, name := range []string{"a", "b"} {
+		if err := g.Start(name, []string{"sleep", "30"}, nil, filepath.Join(dir, name+".log")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer g.Stop(time.Second)
+	a := g.Children()[0]
+	if !g.StopOne("a", time.Second) || g.StopOne("nobody", time.Second) {
+		t.Fatal("StopOne found the wrong children")
+	}
+	if done, _ := a.Exited(); !done {
+		t.Error("a still runs after StopOne")
+	}
+	if len(g.Children()) != 1 || g.Children()[0].Name != "b" {
+		t.Errorf("children after StopOne: %v", g.Children())
+	}
+	if done, _ := g.Children()[0].Exited(); done {
+		t.Error("b exited")
+	}
+}

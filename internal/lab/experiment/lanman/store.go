@@ -80,6 +80,9 @@ func (z *zooStore) start(ctx context.Context) error {
 		return err
 	}
 	z.x.logf("ZooKeeper quorum in %.1f s: %v", time.Since(start).Seconds(), modes)
+	if n := z.ens.Reelections; n > 0 {
+		z.x.logf("ZooKeeper first elected another leader than %s; restarted it %d time(s)", Leader, n)
+	}
 	if out, err := zoo.FourLetter(z.dial, z.x.site(Leader).Hosts[0].Addr, "srvr"); err == nil {
 		z.x.res.StoreVersion = "ZooKeeper " + zoo.ParseVersion(out)
 	}

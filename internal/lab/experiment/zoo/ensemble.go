@@ -57,6 +57,9 @@ type Ensemble struct {
 	// TickTime is ZooKeeper's tick; zero means 2 s (its default).
 	TickTime time.Duration
 
+	// Reelections counts the wrong leaders WaitQuorum restarted.
+	Reelections int
+
 	procs proc.Group
 }
 
@@ -177,6 +180,13 @@ func (e *Ensemble) Stop() { e.procs.Stop(3 * time.Second) }
 // WaitQuorum waits until every server answers srvr, exactly one says
 // "Mode: leader" and it is the intended leader (the highest ID). It returns
 // the mode of each server by name.
+//
+// ZooKeeper elects the highest ID among the servers it hears from first:
+// when two servers start sooner than the intended leader (a JVM slower to
+// start on a busy machine), they form a quorum without it. A quorum led
+// by another server is therefore broken up, up to maxReelections times,
+// by restarting that server: the others, the intended leader among them,
+// elect again, and it wins.
 func (e *Ensemble) WaitQuorum(ctx context.Context) (map[string]string, error) {
 	var last error
 	for {
@@ -185,6 +195,13 @@ func (e *Ensemble) WaitQuorum(ctx context.Context) (map[string]string, error) {
 			err = e.checkModes(modes)
 			if err == nil {
 				return modes, nil
+			}
+			if s, ok := e.wrongLeader(modes); ok && e.Reelections < maxReelections {
+				e.Reelections++
+				e.procs.StopOne(s.Name, 3*time.Second)
+				if err := e.startOne(s); err != nil {
+					return nil, fmt.Errorf("zoo: restart %s: %w", s.Name, err)
+				}
 			}
 		}
 		last = err
@@ -207,6 +224,28 @@ func (e *Ensemble) exited() error {
 		}
 	}
 	return nil
+}
+
+// maxReelections bounds the wrong leaders WaitQuorum restarts.
+const maxReelections = 3
+
+// wrongLeader returns the server leading a complete quorum that is not
+// the intended leader's.
+func (e *Ensemble) wrongLeader(modes map[string]string) (store.Server, bool) {
+	var leaders []store.Server
+	for _, s := range e.Servers {
+		switch modes[s.Name] {
+		case "leader":
+			leaders = append(leaders, s)
+		case "follower":
+		default:
+			return store.Server{}, false
+		}
+	}
+	if len(leaders) != 1 || leaders[0].Name == e.Leader().Name {
+		return store.Server{}, false
+	}
+	return leaders[0], true
 }
 
 func (e *Ensemble) checkModes(modes map[string]string) error {

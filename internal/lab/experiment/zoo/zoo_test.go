@@ -138,3 +138,24 @@ func median(d []time.Duration) time.Duration {
 	}
 	return s[len(s)/2]
 }
+
+// TestWrongLeader: a complete quorum led by another server than the one
+// with the highest ID is the one WaitQuorum breaks up; a quorum still
+// forming, or led by the intended leader, is not.
+func TestWrongLeader(t *testing.T) {
+	e := &Ensemble{Servers: []store.Server{{Name: "BOR", ID: 1}, {Name: "LAN", ID: 2}, {Name: "CLU", ID: 3}}}
+	for _, tc := range []struct {
+		modes map[string]string
+		want  string
+	}{
+		{map[string]string{"BOR": "follower", "LAN": "leader", "CLU": "follower"}, "LAN"},
+		{map[string]string{"BOR": "follower", "LAN": "follower", "CLU": "leader"}, ""},
+		{map[string]string{"BOR": "follower", "LAN": "leader", "CLU": "looking"}, ""},
+		{map[string]string{"BOR": "leader", "LAN": "leader", "CLU": "follower"}, ""},
+	} {
+		s, ok := e.wrongLeader(tc.modes)
+		if got := map[bool]string{true: s.Name}[ok]; got != tc.want {
+			t.Errorf("%v: wrong leader %q, want %q", tc.modes, got, tc.want)
+		}
+	}
+}
