@@ -137,3 +137,59 @@ func TestConfirmationProbesAreBounded(t *testing.T) {
 		t.Errorf("ConfirmProbes %d, want %d", c, first)
 	}
 }
+
+// TestRiseOnARouteRefreshesAtOnce: among 30 members the batch interval
+// between route computations is 30 ms; a link that a route's traffic
+// crosses reading 30 ms slower is routed on at the reply that shows it,
+// not at the end of the batch.
+func TestRiseOnARouteRefreshesAtOnce(t *testing.T) {
+	n := newNode(t)
+	var peers []wire.Member
+	for i := range 30 {
+		name := fmt.Sprintf("site-%d", i)
+		p := wire.Member{ID: wire.SiteIDFromName(name), Incarnation: 5, Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}), 4789), Name: name}
+		hello, _ := wire.AppendHello(nil, &p, wire.HelloFlagReply)
+		if err := n.Receive(t0, p.Addr, hello); err != nil {
+			t.Fatal(err)
+		}
+		peers = append(peers, p)
+	}
+	n.Outbox()
+	now := t0
+	for range 400 {
+		now = now.Add(5 * time.Millisecond)
+		n.Tick(now)
+		outs := n.Outbox()
+		for _, p := range peers {
+			answer(t, n, p, probesTo(outs, p.Addr), now, 20*time.Millisecond)
+		}
+	}
+	if b := n.batch(); b != 30*time.Millisecond {
+		t.Fatalf("batch %v, want 30 ms", b)
+	}
+	if r, ok := n.Table().Lookup(peers[0].ID); !ok || len(r.Path) != 1 {
+		t.Fatalf("no direct route to %s", peers[0].Name)
+	}
+	// The node's next regular probe to peers[0], answered 30 ms late; its
+	// confirmations are answered 6 ms after a route computation.
+	var first []wire.Probe
+	for first == nil {
+		now = now.Add(5 * time.Millisecond)
+		n.Tick(now)
+		first = probesTo(n.Outbox(), peers[0].Addr)
+	}
+	extra := answer(t, n, peers[0], first, now, 50*time.Millisecond)
+	if len(extra) != 2 {
+		t.Fatalf("%d confirmation probes, want 2", len(extra))
+	}
+	n.refresh(now) // a route computation just ran, as one does every few ms in a large overlay
+	now = now.Add(6 * time.Millisecond)
+	before := n.Counters().Refreshes
+	answer(t, n, peers[0], extra, now, 50*time.Millisecond)
+	if got := n.Counters().Refreshes - before; got != 1 {
+		t.Errorf("%d route computations at the reply that confirmed the rise, want 1", got)
+	}
+	if r, _ := n.Table().Lookup(peers[0].ID); r.Delay-2*time.Second < 45*time.Millisecond {
+		t.Errorf("route to %s at %v after the rise; want the new 50 ms", peers[0].Name, r.Delay-2*time.Second)
+	}
+}

@@ -70,7 +70,10 @@ func (n *Node) onInband(now time.Time, pkt []byte) error {
 	}
 	n.counters.InbandSamples += uint64(r.Count)
 	n.confirm(now, m)
-	if n.ownLinkMoved(now, m) {
+	switch {
+	case n.ownLinkRose(now, m):
+		n.refreshUrgent(now)
+	case n.ownLinkMoved(now, m):
 		n.refreshSoon(now)
 	}
 	return nil

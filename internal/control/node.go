@@ -348,6 +348,10 @@ func (n *Node) timersMoved() {
 // interval ago, at the end of that interval: a burst of probe replies and
 // link-state reports then costs one route computation, not one each.
 func (n *Node) refreshSoon(now time.Time) {
+	if due := n.refreshDue; !due.IsZero() && !now.Before(due) {
+		n.refresh(now) // a deferred refresh is due (refreshUrgent may have set it early)
+		return
+	}
 	if b := n.batch(); !n.lastRefresh.IsZero() && now.Sub(n.lastRefresh) < b {
 		if n.refreshDue.IsZero() {
 			n.refreshDue = n.lastRefresh.Add(b)
@@ -355,6 +359,21 @@ func (n *Node) refreshSoon(now time.Time) {
 		return
 	}
 	n.refresh(now)
+}
+
+// refreshUrgent runs refresh now rather than at the end of the batch
+// interval, or minBatch after the last one if that was sooner: a link
+// that a route's traffic crosses got slower by enough to collapse the
+// route, and every moment the traffic stays on it costs the rise (the
+// batch interval is up to 250 ms in a large overlay). Such rises are
+// rare; a rise of every link at once still costs one computation per
+// minBatch at most.
+func (n *Node) refreshUrgent(now time.Time) {
+	if n.lastRefresh.IsZero() || now.Sub(n.lastRefresh) >= minBatch {
+		n.refresh(now)
+		return
+	}
+	n.refreshDue = earliest(n.refreshDue, n.lastRefresh.Add(minBatch))
 }
 
 // refresh recomputes liveness, this site's link state, and the routes.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/detour-overlay/detour/internal/linkstate"
 	"github.com/detour-overlay/detour/internal/measure"
+	"github.com/detour-overlay/detour/internal/routing"
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
@@ -153,7 +154,10 @@ func (n *Node) onProbeReply(now, rx time.Time, pkt []byte) error {
 	}
 	n.heard(now, m)
 	n.confirm(now, m)
-	if !wasUp || wasSuspect || n.ownLinkMoved(now, m) {
+	switch {
+	case n.ownLinkRose(now, m):
+		n.refreshUrgent(now)
+	case !wasUp || wasSuspect || n.ownLinkMoved(now, m):
 		// A link came up or is confirmed (tell the others, drop backups),
 		// or its estimate moved.
 		n.refreshSoon(now)
@@ -186,6 +190,23 @@ func (n *Node) ownLinkMoved(now time.Time, m *member) bool {
 		th = smoothJump // smaller moves are averaged over seconds anyway
 	}
 	return s.Valid && (s.Up != r.Up || (s.Delay-r.DelayAt(now)).Abs() >= th || materialLoss(r.Loss, s.Loss.Rate))
+}
+
+// ownLinkRose reports whether this site's link to m now reads at least
+// routing.CollapseFloor more than its link state last said while it
+// carries the first hop of one of this site's routes: a route that may
+// have collapsed, which waits for no batch (refreshUrgent).
+func (n *Node) ownLinkRose(now time.Time, m *member) bool {
+	s := m.link.Stats(now)
+	if !s.Valid || !m.reported.Up || s.Delay-m.reported.DelayAt(now) < routing.CollapseFloor {
+		return false
+	}
+	for _, r := range n.router.Table().Routes() {
+		if len(r.Path) > 0 && r.Path[0] == m.id {
+			return true
+		}
+	}
+	return false
 }
 
 // onLinkState stores a newer report and floods it on to the members the
