@@ -9,6 +9,27 @@ import (
 	"github.com/detour-overlay/detour/internal/wire"
 )
 
+// addPeer makes the member name at addr known to n by its hello.
+func addPeer(t *testing.T, n *Node, name string, addr netip.AddrPort) wire.Member {
+	t.Helper()
+	p := wire.Member{ID: wire.SiteIDFromName(name), Incarnation: 5, Addr: addr, Name: name}
+	hello, _ := wire.AppendHello(nil, &p, wire.HelloFlagReply)
+	if err := n.Receive(t0, p.Addr, hello); err != nil {
+		t.Fatal(err)
+	}
+	n.Outbox()
+	return p
+}
+
+// addPeers makes k members known to n, at 10.0.1.0 to 10.0.1.k-1.
+func addPeers(t *testing.T, n *Node, k int) []wire.Member {
+	var peers []wire.Member
+	for i := range k {
+		peers = append(peers, addPeer(t, n, fmt.Sprintf("site-%d", i), netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}), 4789)))
+	}
+	return peers
+}
+
 // probesTo parses the probes to addr in outs.
 func probesTo(outs []Outgoing, addr netip.AddrPort) []wire.Probe {
 	var ps []wire.Probe
@@ -46,12 +67,7 @@ func answer(t *testing.T, n *Node, peer wire.Member, ps []wire.Probe, now time.T
 // reply within the link's jitter, or faster, sends none.
 func TestConfirmationProbes(t *testing.T) {
 	n := newNode(t)
-	peer := wire.Member{ID: wire.SiteIDFromName("seoul"), Incarnation: 5, Addr: netip.MustParseAddrPort("10.0.0.2:4789"), Name: "seoul"}
-	hello, _ := wire.AppendHello(nil, &peer, wire.HelloFlagReply)
-	if err := n.Receive(t0, peer.Addr, hello); err != nil {
-		t.Fatal(err)
-	}
-	n.Outbox()
+	peer := addPeer(t, n, "seoul", netip.MustParseAddrPort("10.0.0.2:4789"))
 	now := t0
 	// probe ticks until the node sends its next regular probe, and answers
 	// it at the link's delay.
@@ -98,17 +114,7 @@ func TestConfirmationProbes(t *testing.T) {
 // it sends at once are bounded by the bucket, not by its member count.
 func TestConfirmationProbesAreBounded(t *testing.T) {
 	n := newNode(t)
-	var peers []wire.Member
-	for i := range 30 {
-		name := fmt.Sprintf("site-%d", i)
-		p := wire.Member{ID: wire.SiteIDFromName(name), Incarnation: 5, Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}), 4789), Name: name}
-		hello, _ := wire.AppendHello(nil, &p, wire.HelloFlagReply)
-		if err := n.Receive(t0, p.Addr, hello); err != nil {
-			t.Fatal(err)
-		}
-		peers = append(peers, p)
-	}
-	n.Outbox()
+	peers := addPeers(t, n, 30)
 	now := t0
 	// round ticks for 100 ms, answers every probe at delay and returns
 	// the confirmation probes sent.
@@ -144,17 +150,7 @@ func TestConfirmationProbesAreBounded(t *testing.T) {
 // not at the end of the batch.
 func TestRiseOnARouteRefreshesAtOnce(t *testing.T) {
 	n := newNode(t)
-	var peers []wire.Member
-	for i := range 30 {
-		name := fmt.Sprintf("site-%d", i)
-		p := wire.Member{ID: wire.SiteIDFromName(name), Incarnation: 5, Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}), 4789), Name: name}
-		hello, _ := wire.AppendHello(nil, &p, wire.HelloFlagReply)
-		if err := n.Receive(t0, p.Addr, hello); err != nil {
-			t.Fatal(err)
-		}
-		peers = append(peers, p)
-	}
-	n.Outbox()
+	peers := addPeers(t, n, 30)
 	now := t0
 	for range 400 {
 		now = now.Add(5 * time.Millisecond)

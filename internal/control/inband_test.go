@@ -15,12 +15,7 @@ import (
 // counted.
 func TestOnInbandPlacesStampsByTheLastProbe(t *testing.T) {
 	n := newNode(t)
-	peer := wire.Member{ID: wire.SiteIDFromName("seoul"), Incarnation: 5, Addr: netip.MustParseAddrPort("10.0.0.2:4789"), Name: "seoul"}
-	hello, _ := wire.AppendHello(nil, &peer, wire.HelloFlagReply)
-	if err := n.Receive(t0, peer.Addr, hello); err != nil {
-		t.Fatal(err)
-	}
-	n.Outbox()
+	peer := addPeer(t, n, "seoul", netip.MustParseAddrPort("10.0.0.2:4789"))
 	const offset = -5 * time.Second // the member's clock less ours
 	now := t0.Add(time.Second)
 	// Stamps of packets sent at 'sent' on the member's clock and received
