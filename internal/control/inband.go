@@ -70,10 +70,10 @@ func (n *Node) onInband(now time.Time, pkt []byte) error {
 	}
 	n.counters.InbandSamples += uint64(r.Count)
 	n.confirm(now, m)
-	switch {
-	case n.ownLinkRose(now, m):
+	switch moved, rose := n.ownLinkChange(now, m); {
+	case rose:
 		n.refreshUrgent(now)
-	case n.ownLinkMoved(now, m):
+	case moved:
 		n.refreshSoon(now)
 	}
 	return nil

@@ -255,7 +255,7 @@ func (n *Node) observe(now time.Time) {
 // refresh (every second, which also carries small drifts of this site's
 // own measurements into its link state and routes), a held route switch.
 // Ticks for probes alone then cost no route computation; a probe reply
-// that moves an estimate asks for a refresh itself (ownLinkMoved). A
+// that moves an estimate asks for a refresh itself (ownLinkChange). A
 // member's timer (suspect, down, silent) is urgent: the economy, whose
 // batch interval is long, then refreshes at once.
 func (n *Node) refreshNeeded(now time.Time) (need, urgent bool) {

@@ -154,10 +154,11 @@ func (n *Node) onProbeReply(now, rx time.Time, pkt []byte) error {
 	}
 	n.heard(now, m)
 	n.confirm(now, m)
+	moved, rose := n.ownLinkChange(now, m)
 	switch {
-	case n.ownLinkRose(now, m):
+	case rose:
 		n.refreshUrgent(now)
-	case !wasUp || wasSuspect || n.ownLinkMoved(now, m):
+	case !wasUp || wasSuspect || moved:
 		// A link came up or is confirmed (tell the others, drop backups),
 		// or its estimate moved.
 		n.refreshSoon(now)
@@ -179,30 +180,33 @@ func (n *Node) sender(sender, receiver wire.SiteID) (*member, error) {
 	return m, nil
 }
 
-// ownLinkMoved reports whether this site's link to m now measures
-// materially different from what its link state last said (the test
-// material applies to received reports).
-func (n *Node) ownLinkMoved(now time.Time, m *member) bool {
+// ownLinkChange compares this site's link to m as it now measures with
+// what its link state last said. moved: materially different (the test
+// material applies to received reports). rose: at least
+// routing.CollapseFloor slower while it carries the first hop of one of
+// this site's routes, a route that may have collapsed and waits for no
+// batch (refreshUrgent). It reads the link's estimates once: it runs for
+// every probe reply and in-band report.
+func (n *Node) ownLinkChange(now time.Time, m *member) (moved, rose bool) {
 	s := m.link.Stats(now)
+	if !s.Valid {
+		return false, false
+	}
 	r := m.reported
 	th := materialDelay
 	if n.cfg.Economy {
 		th = smoothJump // smaller moves are averaged over seconds anyway
 	}
-	return s.Valid && (s.Up != r.Up || (s.Delay-r.DelayAt(now)).Abs() >= th || materialLoss(r.Loss, s.Loss.Rate))
+	d := s.Delay - r.DelayAt(now)
+	moved = s.Up != r.Up || d.Abs() >= th || materialLoss(r.Loss, s.Loss.Rate)
+	return moved, r.Up && d >= routing.CollapseFloor && n.startsARoute(m.id)
 }
 
-// ownLinkRose reports whether this site's link to m now reads at least
-// routing.CollapseFloor more than its link state last said while it
-// carries the first hop of one of this site's routes: a route that may
-// have collapsed, which waits for no batch (refreshUrgent).
-func (n *Node) ownLinkRose(now time.Time, m *member) bool {
-	s := m.link.Stats(now)
-	if !s.Valid || !m.reported.Up || s.Delay-m.reported.DelayAt(now) < routing.CollapseFloor {
-		return false
-	}
+// startsARoute reports whether id is the first hop of one of this site's
+// routes.
+func (n *Node) startsARoute(id wire.SiteID) bool {
 	for _, r := range n.router.Table().Routes() {
-		if len(r.Path) > 0 && r.Path[0] == m.id {
+		if len(r.Path) > 0 && r.Path[0] == id {
 			return true
 		}
 	}
