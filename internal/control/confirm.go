@@ -14,9 +14,19 @@ import "time"
 // a few probes each; a node-wide token bucket bounds them to
 // confirmRate a second (confirmBurst at once), for a site whose every
 // link reads higher at the same moment (its own access link filling).
+//
+// The probes that decide a rise are sent at one moment, so they tell a
+// lasting rise from a spike only if that moment is ordinary. Right after
+// the node's own stall (see resume) it is not: whatever stalled with the
+// node (its machine, the other processes on it) is catching up, and
+// every reply that crossed the stall reads high at once. For
+// confirmQuietAfterResume after a late wake the node sends none, and its
+// filters decide on probes spaced by the probe interval, as without
+// confirmations.
 const (
-	confirmRate  = 20
-	confirmBurst = 20
+	confirmRate             = 20
+	confirmBurst            = 20
+	confirmQuietAfterResume = time.Second
 )
 
 // confirm sends m the probes its link asks for after the reply or in-band
@@ -24,6 +34,9 @@ const (
 func (n *Node) confirm(now time.Time, m *member) {
 	k := m.link.Confirm()
 	if k == 0 || m.state != StateAlive {
+		return
+	}
+	if !n.resumedAt.IsZero() && now.Sub(n.resumedAt) < confirmQuietAfterResume {
 		return
 	}
 	if n.confirmAt.IsZero() {

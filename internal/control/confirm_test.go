@@ -69,19 +69,7 @@ func TestConfirmationProbes(t *testing.T) {
 	n := newNode(t)
 	peer := addPeer(t, n, "seoul", netip.MustParseAddrPort("10.0.0.2:4789"))
 	now := t0
-	// probe ticks until the node sends its next regular probe, and answers
-	// it at the link's delay.
-	probe := func(delay time.Duration) []wire.Probe {
-		for range 1000 {
-			now = now.Add(5 * time.Millisecond)
-			n.Tick(now)
-			if ps := probesTo(n.Outbox(), peer.Addr); len(ps) > 0 {
-				return answer(t, n, peer, ps, now.Add(2*delay), delay)
-			}
-		}
-		t.Fatal("no probe in 5 s")
-		return nil
-	}
+	probe := func(delay time.Duration) []wire.Probe { return probeNext(t, n, peer, &now, delay) }
 	for i := range 50 {
 		if extra := probe(20*time.Millisecond + time.Duration(i%3)*100*time.Microsecond); len(extra) > 0 {
 			t.Fatalf("probe %d on a steady link sent %d confirmation probes", i, len(extra))
@@ -106,6 +94,64 @@ func TestConfirmationProbes(t *testing.T) {
 	}
 	if c := n.Counters().ConfirmProbes; c != 2 {
 		t.Errorf("ConfirmProbes %d, want 2", c)
+	}
+}
+
+// probeNext ticks n every 5 ms from *now until it sends peer its next
+// regular probe, answers it at the link's delay, and returns the probes
+// the reply made n send at once.
+func probeNext(t *testing.T, n *Node, peer wire.Member, now *time.Time, delay time.Duration) []wire.Probe {
+	t.Helper()
+	for range 1000 {
+		*now = now.Add(5 * time.Millisecond)
+		n.Tick(*now)
+		if ps := probesTo(n.Outbox(), peer.Addr); len(ps) > 0 {
+			return answer(t, n, peer, ps, now.Add(2*delay), delay)
+		}
+	}
+	t.Fatal("no probe in 5 s")
+	return nil
+}
+
+// TestNoConfirmationsRightAfterAStall: right after the node was not
+// running for 1.5 s, the slow reply of a probe that crossed the stall
+// sends no confirmation probes (they would sample the catch-up of all
+// that stalled with it); the link's estimate still follows a lasting
+// rise on the regular probes, and a second later a slow reply sends
+// them again.
+func TestNoConfirmationsRightAfterAStall(t *testing.T) {
+	n := newNode(t)
+	peer := addPeer(t, n, "seoul", netip.MustParseAddrPort("10.0.0.2:4789"))
+	now := t0
+	for range 50 {
+		probeNext(t, n, peer, &now, 20*time.Millisecond)
+	}
+	now = n.NextDeadline().Add(1500 * time.Millisecond)
+	n.Tick(now)
+	if w := n.Counters().LateWakes; w != 1 {
+		t.Fatalf("LateWakes %d after a tick 1.5 s late, want 1", w)
+	}
+	ps := probesTo(n.Outbox(), peer.Addr)
+	if len(ps) == 0 {
+		t.Fatal("no probe at the late tick")
+	}
+	if extra := answer(t, n, peer, ps, now.Add(60*time.Millisecond), 50*time.Millisecond); len(extra) > 0 {
+		t.Fatalf("a slow reply right after the stall sent %d confirmation probes, want none", len(extra))
+	}
+	for range 12 {
+		if extra := probeNext(t, n, peer, &now, 50*time.Millisecond); len(extra) > 0 {
+			t.Fatalf("%d confirmation probes at the new level", len(extra))
+		}
+	}
+	m := n.members[peer.ID]
+	if d := m.link.Stats(now).Delay - 2*time.Second; d != 50*time.Millisecond {
+		t.Errorf("estimate %v after a second of regular probes at 50 ms", d)
+	}
+	if now.Sub(n.resumedAt) < confirmQuietAfterResume {
+		t.Fatalf("only %v after the stall", now.Sub(n.resumedAt))
+	}
+	if extra := probeNext(t, n, peer, &now, 90*time.Millisecond); len(extra) != 2 {
+		t.Errorf("a slow reply %v after the stall sent %d confirmation probes, want 2", now.Sub(n.resumedAt), len(extra))
 	}
 }
 

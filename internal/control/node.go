@@ -142,6 +142,8 @@ type Node struct {
 	// filled at confirmAt (confirm.go).
 	confirmTokens float64
 	confirmAt     time.Time
+	// resumedAt is when the node last found itself woken late (resume).
+	resumedAt time.Time
 }
 
 // maxPendingSwitches bounds the path changes kept for Switches between two
@@ -451,6 +453,7 @@ func (n *Node) resume(t time.Time, tick bool) {
 		n.promised = t
 	}
 	n.counters.LateWakes++
+	n.resumedAt = t
 	n.counters.LateWakeMs += uint64(t.Sub(p) / time.Millisecond)
 	for _, m := range n.members {
 		m.lastHeard = measure.Resumed(m.lastHeard, p, t)
