@@ -58,6 +58,14 @@ type FilterConfig struct {
 	// RiseOnly follows steps up only: a fall is followed as the samples
 	// before it age out of the window.
 	RiseOnly bool
+	// ConfirmRise is the least rise above the estimate for which
+	// Undecided asks for the samples that decide it at once. Samples
+	// sent at one moment all read a hiccup of that moment (the hosts'
+	// CPUs busy for a few milliseconds); a smaller rise is decided by
+	// samples as they come, a probe interval apart, so that such a
+	// hiccup moves no route, while a queue that costs more than it is
+	// left within a round trip.
+	ConfirmRise time.Duration
 }
 
 // DefaultFilterConfig suits probes every 100 ms.
@@ -70,6 +78,7 @@ func DefaultFilterConfig() FilterConfig {
 		StepCount:    3,
 		MinStep:      time.Millisecond,
 		SpreadFactor: 2,
+		ConfirmRise:  10 * time.Millisecond,
 	}
 }
 
@@ -113,8 +122,10 @@ type Filter struct {
 	runSign int
 	runPrev time.Duration // the run's previous sample
 	steps   int
-	// undecided is what Undecided reports for the latest sample.
+	// undecided is what Undecided reports for the latest sample; asked
+	// is set once it asked for the samples that decide the current run.
 	undecided int
+	asked     bool
 }
 
 // NewFilter returns an empty filter. Its buffers grow with the samples it
@@ -128,7 +139,7 @@ func NewFilter(cfg FilterConfig) *Filter {
 func (f *Filter) Reset() {
 	f.samples = f.samples[:0]
 	f.sorted = f.sorted[:0]
-	f.hasLast, f.run, f.jitter = false, 0, 0
+	f.hasLast, f.run, f.runSign, f.asked, f.jitter = false, 0, 0, false, 0
 }
 
 // Add records a sample taken at now.
@@ -193,7 +204,7 @@ func (f *Filter) detectStep(v time.Duration) {
 		sign = -1
 	}
 	if sign == 0 || sign != f.runSign {
-		f.run, f.runSign, f.runPrev = 0, sign, v
+		f.run, f.runSign, f.runPrev, f.asked = 0, sign, v, false
 	}
 	if sign == 0 {
 		return
@@ -202,9 +213,9 @@ func (f *Filter) detectStep(v time.Duration) {
 	settled := (v - f.runPrev).Abs() <= th
 	f.runPrev = v
 	switch {
-	case sign < 0:
-	case f.run == 1:
-		f.undecided = f.cfg.StepCount - 1
+	case sign < 0 || v-f.est < f.cfg.ConfirmRise:
+	case f.run < f.cfg.StepCount && !f.asked:
+		f.undecided, f.asked = f.cfg.StepCount-f.run, true
 	case f.run == f.cfg.StepCount && !settled:
 		f.undecided = f.cfg.StepCount
 	}
@@ -219,10 +230,12 @@ func (f *Filter) detectStep(v time.Duration) {
 	}
 }
 
-// Undecided returns how many more samples would decide a rise that the
-// latest sample began (StepCount − 1 of them), or left unsettled after
-// StepCount samples (as many again, up to the run that steps whatever its
-// samples); zero when the latest sample did neither. A prober that sends
+// Undecided returns how many more samples would decide a rise once a
+// sample of it reads at least ConfirmRise above the estimate: StepCount −
+// 1 when the first sample does, fewer when a later one of a run that
+// began lower does (once per run), and as many again when the rise is
+// unsettled after StepCount samples (up to the run that steps whatever
+// its samples); zero otherwise. A prober that sends
 // that many probes at once learns within a round trip whether a link got
 // slower, instead of after StepCount probe intervals.
 func (f *Filter) Undecided() int { return f.undecided }

@@ -371,7 +371,8 @@ func TestInbandRisesFastFallsSlowly(t *testing.T) {
 // TestFilterUndecided: the sample that begins a rise asks for the
 // StepCount − 1 samples that decide it; a rise still climbing after
 // StepCount samples (a queue filling) asks for as many again; a fall,
-// a sample within the jitter or the rest of a run ask for none.
+// a sample within the jitter, a rise below ConfirmRise (decided by the
+// samples as they come) or the rest of a run ask for none.
 func TestFilterUndecided(t *testing.T) {
 	ms := time.Millisecond
 	f := NewFilter(DefaultFilterConfig())
@@ -390,13 +391,37 @@ func TestFilterUndecided(t *testing.T) {
 		t.Errorf("a sample below the estimate: undecided %d, want 0", u)
 	}
 	add(20 * ms)
-	for i, want := range []int{2, 0, 3, 0, 0} { // 30, 40, 50 ms: not settled; then 50, 50: the run of six steps
-		v := (30 + 10*time.Duration(min(i, 2))) * ms
+	for i := range 3 { // a rise below ConfirmRise, decided by the samples as they come
+		if u := add(26 * ms); u != 0 {
+			t.Errorf("sample %d of a 6 ms rise: undecided %d, want 0", i+1, u)
+		}
+	}
+	if e, _ := f.Estimate(now); e != 26*ms {
+		t.Errorf("estimate %v after three samples at 26 ms", e)
+	}
+	for range 40 {
+		add(26 * ms)
+	}
+	// A run that begins 4 ms up asks for the one sample that decides it
+	// once a later sample reads 14 ms up.
+	for i, c := range []struct {
+		v    time.Duration
+		want int
+	}{{30 * ms, 0}, {40 * ms, 1}, {40 * ms, 0}} {
+		if u := add(c.v); u != c.want {
+			t.Errorf("ramp sample %d (%v): undecided %d, want %d", i+1, c.v, u, c.want)
+		}
+	}
+	for range 40 {
+		add(40 * ms)
+	}
+	for i, want := range []int{2, 0, 3, 0, 0} { // 55, 65, 75 ms: not settled; then 75, 75: the run of six steps
+		v := (55 + 10*time.Duration(min(i, 2))) * ms
 		if u := add(v); u != want {
 			t.Errorf("climbing sample %d (%v): undecided %d, want %d", i+1, v, u, want)
 		}
 	}
-	if e, _ := f.Estimate(now); e < 45*ms {
+	if e, _ := f.Estimate(now); e < 70*ms {
 		t.Errorf("estimate %v after the climb", e)
 	}
 }
