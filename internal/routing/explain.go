@@ -51,9 +51,11 @@ type Explanation struct {
 	// Candidates are sorted by cost: the direct path, every path through
 	// one relay, the best of at most MaxHops, and the chosen one.
 	Candidates []Candidate
-	// Threshold is the gain the best path needs over the chosen one, of
-	// which NoiseMargin is for the noise of the two paths' estimates
-	// (a near tie's, once settled: Router.switchGain), and PendingSince
+	// Threshold is the gain the best path needs over the chosen one (any
+	// gain for the path the route left and that has recovered:
+	// Router.restores), of which NoiseMargin is for the noise of the two
+	// paths' estimates (a near tie's, once settled: Router.switchGain),
+	// and PendingSince
 	// when the gain started to exceed it (zero if it does not).
 	Threshold    time.Duration
 	NoiseMargin  time.Duration
@@ -109,8 +111,8 @@ func (r *Router) Why(now time.Time, dst wire.SiteID) Explanation {
 		bm := r.metricsOf(m, ex.Candidates[0].Path)
 		ex.Threshold = r.threshold(bm)
 		if cm, ok := m.Measure(r.cfg.Weights, r.self, d.path); ok && !ex.Settling {
-			g := r.switchGain(cm, bm)
-			ex.Threshold, ex.NoiseMargin = g, g-ex.Threshold
+			g := r.gainNeeded(now, d, best, cm, bm)
+			ex.Threshold, ex.NoiseMargin = g, max(0, g-ex.Threshold)
 		}
 	}
 	ex.Reason = r.reason(now, ex, best)

@@ -197,6 +197,7 @@ type dest struct {
 	bestCost     time.Duration // the lowest cost of path since it was installed
 	leftPath     []wire.SiteID // the path before the last switch, if it died or got worse
 	leftAt       time.Time     // when it was left
+	leftBest     time.Duration // the bestCost leftPath had then
 	// leftCollapsed says that leftPath was left because it collapsed,
 	// bulkMovedAt when this site's data path last moved a flow to bulk
 	// (BulkMoved), and excused that the pending switch is a return that
@@ -447,7 +448,7 @@ func (r *Router) selectRoute(now time.Time, m *Matrix, id wire.SiteID, bp []wire
 		}
 		return r.preferDirect(now, m, d, id, cm)
 	}
-	if gain < r.switchGain(cm, bm) || r.inDoubt(m, bp) {
+	if gain < r.gainNeeded(now, d, bp, cm, bm) || r.inDoubt(m, bp) {
 		d.pendingSince = time.Time{}
 		return r.preferDirect(now, m, d, id, cm)
 	}
@@ -575,6 +576,28 @@ const CollapseReason = "current path collapsed,"
 // millisecond under 1 ms of jitter, docs/routing.md).
 const CollapseFloor = 2 * time.Millisecond
 
+// gainNeeded is the gain over the current path, of metrics cm, that a
+// switch to bp, of metrics bm, needs: switchGain, or any gain at all for
+// a path that restores.
+func (r *Router) gainNeeded(now time.Time, d *dest, bp []wire.SiteID, cm, bm Metrics) time.Duration {
+	if r.restores(now, d, bp, bm) {
+		return time.Nanosecond
+	}
+	return r.switchGain(cm, bm)
+}
+
+// restores reports whether bp, of metrics bm, is the path d left because
+// it died or got worse (returning), now back within twice the switching
+// threshold of its best cost before that (the rise that install took for
+// a change). The switch away was an escape from an event on bp, not a
+// choice between two good paths; once the event is over, hysteresis does
+// not keep the route on the path it escaped to, which may be a little
+// slower than bp although the estimates put them within the threshold.
+// ReturnHold still applies.
+func (r *Router) restores(now time.Time, d *dest, bp []wire.SiteID, bm Metrics) bool {
+	return r.returning(now, d, bp) && bm.Cost-d.leftBest < 2*r.threshold(bm)
+}
+
 // returning reports whether p is a path that d left because it got worse,
 // less than ReturnWindow ago.
 func (r *Router) returning(now time.Time, d *dest, p []wire.SiteID) bool {
@@ -657,7 +680,7 @@ func (r *Router) install(now time.Time, d *dest, p []wire.SiteID, kind installKi
 		// biased low, so a smaller rise is not taken as a change). The
 		// switches of the settling period only sort out first estimates.
 		if settled := !r.settling(now, r.matrix, d, p); settled && (!ok || pm.Cost-d.bestCost >= 2*r.threshold(pm)) {
-			d.leftPath = d.path
+			d.leftPath, d.leftBest = d.path, d.bestCost
 		}
 	}
 	d.path, d.pinned, d.since = s.To, kind == installPin, now

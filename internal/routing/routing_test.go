@@ -359,6 +359,37 @@ func TestReturnHold(t *testing.T) {
 	}
 }
 
+// TestRouteGoesBackAfterAnEscape: a route that left its path because
+// the path got worse goes back to it once it has recovered, after the
+// return hold, although the path it escaped to is within the switching
+// threshold (by the estimates); a path that recovered only partly is not
+// taken back.
+func TestRouteGoesBackAfterAnEscape(t *testing.T) {
+	cfg := DefaultConfig()
+	for _, c := range []struct {
+		direct, relay time.Duration // 1 -> 3 direct, and 2 -> 3 once recovered
+		back          bool
+	}{{10400 * time.Microsecond, 8300 * time.Microsecond, true}, {11200 * time.Microsecond, 9100 * time.Microsecond, false}} {
+		// Via 2 takes 10.1 ms: the route is on the relay.
+		l := newLeonRun(t, c.direct, "relay")
+		tn, r := l.tn, l.r
+		tn.d[1][2] += 30 * ms // the relay's second link loaded
+		l.step(time.Second)
+		if !slices.Equal(path(r, 3), l.direct) {
+			t.Fatalf("path %v, want direct once the relay is loaded", path(r, 3))
+		}
+		tn.d[1][2] = c.relay
+		l.step(cfg.ReturnHold / 2)
+		if why := r.Why(l.now, 3); c.back && !strings.Contains(why.Reason, "return hold") {
+			t.Errorf("relay recovered to %v: why %q, want the return hold", 1800*time.Microsecond+c.relay, why.Reason)
+		}
+		l.step(cfg.ReturnWindow / 2)
+		if back := slices.Equal(path(r, 3), l.relay); back != c.back {
+			t.Errorf("relay recovered to %v (direct %v): back on it %v, want %v", 1800*time.Microsecond+c.relay, c.direct, back, c.back)
+		}
+	}
+}
+
 func TestPinAndForbid(t *testing.T) {
 	tn := leon()
 	r, now := settled(t, tn)
