@@ -994,14 +994,15 @@ func TestOverlaySteadyJitter(t *testing.T) {
 	}
 }
 
-// logRouteChanges logs the last route changes (all if last is 0) a
-// site's agent wrote to its log, with their reasons.
-func (o *overlay) logRouteChanges(t *testing.T, site string, last int) {
+// routeChanges returns the "route changed" lines a site's agent wrote
+// to its log, oldest first, with their reasons (none, logged, if the log
+// cannot be read).
+func (o *overlay) routeChanges(t *testing.T, site string) []string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(o.dir, "agent-"+strings.ReplaceAll(strings.ToLower(site), "-", "_")+".log"))
 	if err != nil {
 		t.Logf("%s: no agent log: %v", site, err)
-		return
+		return nil
 	}
 	var changes []string
 	for _, l := range strings.Split(string(b), "\n") {
@@ -1009,6 +1010,14 @@ func (o *overlay) logRouteChanges(t *testing.T, site string, last int) {
 			changes = append(changes, l)
 		}
 	}
+	return changes
+}
+
+// logRouteChanges logs the last route changes (all if last is 0) of a
+// site.
+func (o *overlay) logRouteChanges(t *testing.T, site string, last int) {
+	t.Helper()
+	changes := o.routeChanges(t, site)
 	if last > 0 && len(changes) > last {
 		changes = changes[len(changes)-last:]
 	}
@@ -1017,20 +1026,12 @@ func (o *overlay) logRouteChanges(t *testing.T, site string, last int) {
 	}
 }
 
-// logRouteChangesSince logs the route changes of site from its agent's
-// log that are not older than since.
+// logRouteChangesSince logs the route changes of site that are not older
+// than since.
 func (o *overlay) logRouteChangesSince(t *testing.T, site string, since time.Time) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(o.dir, "agent-"+strings.ReplaceAll(strings.ToLower(site), "-", "_")+".log"))
-	if err != nil {
-		t.Logf("%s: no agent log: %v", site, err)
-		return
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		f, _, ok := strings.Cut(strings.TrimPrefix(l, "time="), " ")
-		if !ok || !strings.Contains(l, "route changed") {
-			continue
-		}
+	for _, l := range o.routeChanges(t, site) {
+		f, _, _ := strings.Cut(strings.TrimPrefix(l, "time="), " ")
 		if at, err := time.Parse(time.RFC3339Nano, f); err == nil && !at.Before(since) {
 			t.Logf("%s: %s", site, l)
 		}
@@ -1060,17 +1061,11 @@ func (o *overlay) pendingSwitches() []string {
 	return out
 }
 
-// logRouteChangesTo logs every route change of site toward dest that
-// its agent's log holds, with the time and reason of each.
+// logRouteChangesTo logs every route change of site toward dest.
 func (o *overlay) logRouteChangesTo(t *testing.T, site, dest string) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(o.dir, "agent-"+strings.ReplaceAll(strings.ToLower(site), "-", "_")+".log"))
-	if err != nil {
-		t.Logf("%s: no agent log: %v", site, err)
-		return
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, "route changed") && strings.Contains(l, "dest="+dest+" ") {
+	for _, l := range o.routeChanges(t, site) {
+		if strings.Contains(l, "dest="+dest+" ") {
 			t.Logf("%s: %s", site, l)
 		}
 	}
