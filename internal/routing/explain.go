@@ -55,8 +55,8 @@ type Explanation struct {
 	// gain for the path the route left and that has recovered:
 	// Router.restores), of which NoiseMargin is for the noise of the two
 	// paths' estimates (a near tie's, once settled: Router.switchGain),
-	// and PendingSince
-	// when the gain started to exceed it (zero if it does not).
+	// and PendingSince when the gain started to exceed it (zero if it
+	// does not).
 	Threshold    time.Duration
 	NoiseMargin  time.Duration
 	PendingSince time.Time
