@@ -1,8 +1,11 @@
 package sim
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/detour-overlay/detour/internal/lab/topo"
 )
 
 // TestAzure54Scale runs all 54 Azure regions with clock offsets of up to
@@ -43,5 +46,29 @@ func TestAzure54Scale(t *testing.T) {
 	// 12.8 kB/s; link state is 53 reports of about 1.3 kB a second.
 	if total > 100000 {
 		t.Errorf("control traffic %.0f B/s per site at 54 sites, more than the 100 kB/s budget", total)
+	}
+}
+
+// TestScaleRunIsDeterministic: two runs of the same scaling scenario
+// (clock offsets and skew, jitter, busy links slowed, a relay killed)
+// report the same, down to the number of events simulated, so that a
+// change can be compared with the code before it run for run.
+func TestScaleRunIsDeterministic(t *testing.T) {
+	tp, err := topo.Generate("azure", 12, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() string {
+		rep := RunScale(ScaleOptions{Topology: tp, Seed: 1, Scheme: "new", Warm: 20 * time.Second, Steady: 10 * time.Second,
+			Jitter: time.Millisecond, Offset: 5 * time.Second, Skew: 50e-6, Events: true})
+		rep.WallS = 0
+		b, err := json.Marshal(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if a, b := run(), run(); a != b {
+		t.Fatalf("two runs of one scenario differ:\n%s\n%s", a, b)
 	}
 }

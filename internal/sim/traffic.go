@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"cmp"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/datapath"
@@ -97,10 +99,16 @@ func (n *Net) takeStamp(from, to *Site, stamp uint16) {
 // agent's shell does every InbandFeed.
 func (n *Net) feedInband() {
 	defer n.schedule(n.now.Add(InbandFeed), n.feedInband)
+	keys := make([][2]int, 0, len(n.stamps))
 	for k, b := range n.stamps {
-		if len(b.rels) == 0 {
-			continue
+		if len(b.rels) > 0 {
+			keys = append(keys, k)
 		}
+	}
+	// In a fixed order: the reports go out, and draw their jitter, in it.
+	slices.SortFunc(keys, func(a, b [2]int) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
+	for _, k := range keys {
+		b := n.stamps[k]
 		to, from := n.sites[k[0]], n.sites[k[1]]
 		if to.Alive && n.now.After(to.pausedUntil) {
 			to.Node.OnInband(to.Local(n.now), from.ID, b.rels)
