@@ -104,12 +104,27 @@ type direct func(p []byte) (dst [6]byte, ok bool)
 // bridge; or, when direct says no (or there is no bridge), in a frame
 // from the terminator's MAC to that virtual MAC, on the terminator's own
 // TAP device (the router then puts in the MACs and sends it on).
+//
+// A bridge that coalesces written frames (device.Flusher: TCP segments of
+// one flow become one super-frame and one system call) is flushed when
+// the stack has no packet queued, not after every frame: a large value
+// the stack sends in a burst of segments then leaves in writes of up to
+// 64 KB instead of one per segment, and nothing waits once the burst
+// ends.
 func (n *netStack) outbound(ctx context.Context, bridge device.Device, route direct) {
 	frame := make([]byte, 14+n.dev.MTU()+64)
+	fl, _ := bridge.(device.Flusher)
+	pending := false
 	for {
-		pkt := n.ep.ReadContext(ctx)
+		pkt := n.ep.Read()
 		if pkt == nil {
-			return
+			if pending {
+				_ = fl.Flush()
+				pending = false
+			}
+			if pkt = n.ep.ReadContext(ctx); pkt == nil {
+				return
+			}
 		}
 		v := pkt.ToView()
 		pkt.DecRef()
@@ -125,23 +140,14 @@ func (n *netStack) outbound(ctx context.Context, bridge device.Device, route dir
 		if dst, ok := route(frame[14 : 14+m]); ok && bridge != nil {
 			copy(frame[0:6], dst[:])
 			copy(frame[6:12], vmac[:])
-			writeBridge(bridge, frame[:14+m])
+			if _, err := bridge.Write(frame[:14+m]); err == nil && fl != nil {
+				pending = true
+			}
 			continue
 		}
 		copy(frame[0:6], vmac[:])
 		copy(frame[6:12], n.mac[:])
 		_, _ = n.dev.Write(frame[:14+m])
-	}
-}
-
-// writeBridge writes a frame to the network's TAP device, flushing a
-// device that coalesces writes.
-func writeBridge(d device.Device, f []byte) {
-	if _, err := d.Write(f); err != nil {
-		return
-	}
-	if fl, ok := d.(device.Flusher); ok {
-		_ = fl.Flush()
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,7 +103,10 @@ func newSite(t *testing.T, cfg Config, bridge bool, shape ...func(*router.PoolSp
 	}
 	s.dev = device.NewFake("kv", 1400, 4096)
 	cfg.Dev, cfg.Self, cfg.Table = s.dev, self, func() *router.Table { return tb }
-	if bridge {
+	switch hb, held := cfg.Bridge.(*heldBridge); {
+	case held:
+		s.br = hb.Fake
+	case bridge:
 		s.br = device.NewFake("detour0", 1400, 4096)
 		cfg.Bridge = s.br
 	}
@@ -584,5 +588,75 @@ func TestTerminatorHedgesRead(t *testing.T) {
 	time.Sleep(1200 * time.Millisecond) // the stalled reply arrives
 	if v := get("j"); v != "other" {
 		t.Fatalf("get j after the stalled reply: %q", v)
+	}
+}
+
+// heldBridge is a network TAP device that coalesces written frames, as
+// device.OffloadTAP does: it holds them until Flush, then passes them on.
+type heldBridge struct {
+	*device.Fake
+	mu              sync.Mutex
+	held            [][]byte
+	writes, flushes int
+}
+
+func (h *heldBridge) Write(f []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held = append(h.held, append([]byte(nil), f...))
+	h.writes++
+	return len(f), nil
+}
+
+func (h *heldBridge) Flush() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.held) > 0 {
+		h.flushes++
+	}
+	for _, f := range h.held {
+		if _, err := h.Fake.Write(f); err != nil {
+			return err
+		}
+	}
+	h.held = h.held[:0]
+	return nil
+}
+
+func (h *heldBridge) counts() (writes, flushes int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.writes, h.flushes
+}
+
+// TestTerminatorBatchesBridgeWrites: the segments of a large reply that
+// the terminator sends on a bridge that coalesces writes are flushed
+// when the stack has nothing more queued, not one by one, and every
+// frame is flushed: the client gets the whole value.
+func TestTerminatorBatchesBridgeWrites(t *testing.T) {
+	hb := &heldBridge{Fake: device.NewFake("detour0", 1400, 4096)}
+	s := newSite(t, Config{Bridge: hb}, true)
+	value := strings.Repeat("0123456789abcdef", 300_000/16)
+	for i := range servers {
+		s.setDirect(i, "big", value)
+	}
+	c, r := s.dial()
+	w0, f0 := hb.counts()
+	fmt.Fprintf(c, "get big\r\n")
+	if l := readLine(t, r); l != fmt.Sprintf("VALUE big 0 %d\r\n", len(value)) {
+		t.Fatalf("get big: %q", l)
+	}
+	got := make([]byte, len(value)+2)
+	if _, err := io.ReadFull(r, got); err != nil || string(got) != value+"\r\n" {
+		t.Fatalf("get big: %d bytes of the value, %v", len(got), err)
+	}
+	if l := readLine(t, r); l != "END\r\n" {
+		t.Fatalf("get big: %q after the value", l)
+	}
+	w, f := hb.counts()
+	w, f = w-w0, f-f0
+	t.Logf("%d frames written to the bridge in %d flushes", w, f)
+	if w < 200 || f > w/4 {
+		t.Fatalf("%d frames written to the bridge in %d flushes: want one flush per burst, not per frame", w, f)
 	}
 }
