@@ -42,7 +42,9 @@ func HandshakeWork(node *session.Node, now time.Time, pkt []byte) (session.Resul
 // Handshaken takes the result of HandshakeWork on a message from the
 // address from: it sends the reply, and when the message came from an
 // accepted peer, records the peer's address and sends what waited for
-// the session.
+// the session. A handshake from a site this site does not accept, which
+// holds this site's key (its mac1 was good), asks for that site's
+// certificate: this site's own answer to it may have been lost (trust).
 func (c *Core) Handshaken(now time.Time, from netip.AddrPort, res session.Result, err error) {
 	if c.sec == nil {
 		return
@@ -50,6 +52,10 @@ func (c *Core) Handshaken(now time.Time, from netip.AddrPort, res session.Result
 	now = c.observe(now)
 	if res.Reply != nil {
 		c.sendNow(from, res.Reply)
+	}
+	if unknownPeer(err) {
+		c.sec.trust.present(now, from, true, c.sendNow)
+		return
 	}
 	if err != nil || res.Peer == 0 {
 		return

@@ -18,6 +18,10 @@ import (
 type secure struct {
 	node    *session.Node
 	pending map[wire.SiteID][]pendingMsg
+	// unnamed holds the control messages to addresses whose site is not
+	// known yet (a bootstrap address, with certificates presented to it),
+	// until its certificate names the site.
+	unnamed map[netip.AddrPort][]pendingMsg
 	// byAddr and addrOf map between sites and underlay addresses, from the
 	// configured peers, the members the control node knows, and the
 	// addresses handshakes came from.
@@ -34,16 +38,18 @@ type pendingMsg struct {
 	payload []byte
 }
 
-// Bounds of the queue of control messages waiting for a session.
+// Bounds of the queue of control messages waiting for a session, and of
+// the addresses messages wait at for their site's certificate.
 const (
 	maxPending    = 32
 	pendingMaxAge = 2 * time.Second
+	maxUnnamed    = 4096
 )
 
 // newSecure builds the session node from the site's keys and the peers'
 // configured addresses.
 func newSecure(self wire.SiteID, cfg *Secure) (*secure, error) {
-	s := &secure{pending: map[wire.SiteID][]pendingMsg{}, byAddr: map[netip.AddrPort]wire.SiteID{}, addrOf: map[wire.SiteID]netip.AddrPort{}}
+	s := &secure{pending: map[wire.SiteID][]pendingMsg{}, unnamed: map[netip.AddrPort][]pendingMsg{}, byAddr: map[netip.AddrPort]wire.SiteID{}, addrOf: map[wire.SiteID]netip.AddrPort{}}
 	for id, ap := range cfg.Addrs {
 		s.learn(id, ap)
 	}
@@ -115,9 +121,11 @@ func (s *secure) seal(now time.Time, msgs []Datagram, members func() map[wire.Si
 			}
 			if site, ok = s.byAddr[m.To]; !ok {
 				// A bootstrap address known by address only: show it
-				// this site's certificate and ask for its own.
+				// this site's certificate and ask for its own; the
+				// message waits for it.
 				s.unknownDest++
 				s.trust.present(now, m.To, true, send)
+				s.waitForName(now, m.To, m.Payload)
 				continue
 			}
 		}
@@ -139,12 +147,40 @@ func (s *secure) seal(now time.Time, msgs []Datagram, members func() map[wire.Si
 }
 
 func (s *secure) enqueue(now time.Time, site wire.SiteID, payload []byte) {
-	q := s.pending[site]
+	s.pending[site] = s.queue(s.pending[site], pendingMsg{queued: now, payload: payload})
+}
+
+// queue appends m to q, dropping the oldest message of a full queue.
+func (s *secure) queue(q []pendingMsg, m pendingMsg) []pendingMsg {
 	if len(q) >= maxPending {
 		q = q[1:]
 		s.pendingDropped++
 	}
-	s.pending[site] = append(q, pendingMsg{queued: now, payload: payload})
+	return append(q, m)
+}
+
+// waitForName keeps a message to an address whose site is unknown, when
+// this site presents a certificate that may bring the other's in reply.
+func (s *secure) waitForName(now time.Time, to netip.AddrPort, payload []byte) {
+	if s.trust.cert == nil {
+		return
+	}
+	if _, ok := s.unnamed[to]; !ok && len(s.unnamed) >= maxUnnamed {
+		s.pendingDropped++
+		return
+	}
+	s.unnamed[to] = s.queue(s.unnamed[to], pendingMsg{queued: now, payload: payload})
+}
+
+// named moves the messages that waited at addr to its site, now known,
+// and reports whether any moved.
+func (s *secure) named(addr netip.AddrPort, site wire.SiteID) bool {
+	q := s.unnamed[addr]
+	for _, m := range q {
+		s.pending[site] = s.queue(s.pending[site], m)
+	}
+	delete(s.unnamed, addr)
+	return len(q) > 0
 }
 
 // release sends what waited for site once its session is ready.
@@ -177,6 +213,12 @@ func (s *secure) tick(now time.Time, send func(netip.AddrPort, []byte)) {
 		if len(q) > 0 && now.Sub(q[len(q)-1].queued) > pendingMaxAge {
 			s.pendingDropped += uint64(len(q))
 			delete(s.pending, site)
+		}
+	}
+	for addr, q := range s.unnamed {
+		if len(q) > 0 && now.Sub(q[len(q)-1].queued) > pendingMaxAge {
+			s.pendingDropped += uint64(len(q))
+			delete(s.unnamed, addr)
 		}
 	}
 }

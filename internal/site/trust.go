@@ -21,6 +21,16 @@ import (
 // a verified certificate admits its site's key into the session node, and
 // the handshake follows as with a configured peer. Nothing else of the
 // overlay changes when a site joins.
+//
+// Either certificate can be lost (the other site not listening yet, loss
+// on the path), and the site that received the other's certificate then
+// has no reason of its own to present again: it holds the key it needs,
+// and its handshakes are refused by a site that lacks its key. So a site
+// that receives a handshake from a site it does not know presents its
+// certificate to the sender and asks for the sender's (Handshaken), and
+// the answers to such requests are rate-limited apart from the requests,
+// so that a request of this site's own that was lost does not silence
+// its answer.
 type trust struct {
 	auth *ca.Authority
 	// cert is this site's certificate message (nil: it has none and can
@@ -29,8 +39,9 @@ type trust struct {
 	// issued is when the certificate each admitted site presented was
 	// issued, to tell which of them a revocation covers.
 	issued map[wire.SiteID]time.Time
-	// presented rate-limits certificates sent to an address.
-	presented map[netip.AddrPort]time.Time
+	// presented rate-limits certificates sent to an address, requests
+	// and answers apart.
+	presented map[presentation]time.Time
 	// revocations are the accepted revocation messages, given to every
 	// site admitted later, so a site that was away learns them.
 	revocations [][]byte
@@ -86,7 +97,7 @@ const presentInterval = 500 * time.Millisecond
 // newTrust returns the trust state of a site with the given authority and
 // certificate (either may be missing).
 func newTrust(self wire.SiteID, auth *ca.Authority, cert []byte) (*trust, error) {
-	t := &trust{auth: auth, issued: map[wire.SiteID]time.Time{}, presented: map[netip.AddrPort]time.Time{},
+	t := &trust{auth: auth, issued: map[wire.SiteID]time.Time{}, presented: map[presentation]time.Time{},
 		verified: map[string]time.Time{}}
 	if len(cert) > 0 {
 		var err error
@@ -98,19 +109,28 @@ func newTrust(self wire.SiteID, auth *ca.Authority, cert []byte) (*trust, error)
 	return t, nil
 }
 
+// presentation is what the rate limit of presented certificates counts:
+// the address, and whether the certificate asked for one in reply.
+type presentation struct {
+	to  netip.AddrPort
+	ask bool
+}
+
 // present sends this site's certificate to an address, asking for its
-// certificate in return, at most once per presentInterval.
+// certificate in return when reply is set, at most once per
+// presentInterval for each address and kind.
 func (t *trust) present(now time.Time, to netip.AddrPort, reply bool, send func(netip.AddrPort, []byte)) {
 	if t.cert == nil {
 		return
 	}
-	if last, ok := t.presented[to]; ok && now.Sub(last) < presentInterval {
+	key := presentation{to: to, ask: reply}
+	if last, ok := t.presented[key]; ok && now.Sub(last) < presentInterval {
 		return
 	}
 	if len(t.presented) > 4096 { // bound what forged traffic can claim
 		clear(t.presented)
 	}
-	t.presented[to] = now
+	t.presented[key] = now
 	if reply {
 		send(to, t.certReply)
 	} else {
@@ -146,13 +166,16 @@ func (c *Core) onCertificate(now time.Time, from netip.AddrPort, pkt []byte) {
 	if flags&wire.CertFlagReply != 0 {
 		t.present(now, from, false, c.sendNow)
 	}
-	if !changed {
-		return
+	waiting := c.sec.named(from, sender)
+	if changed {
+		for _, r := range t.revocations {
+			c.sec.seal(now, []Datagram{{To: from, Payload: r}}, c.memberAddrs, c.sendNow)
+		}
 	}
-	for _, r := range t.revocations {
-		c.sec.seal(now, []Datagram{{To: from, Payload: r}}, c.memberAddrs, c.sendNow)
-	}
-	if len(c.sec.pending[sender]) > 0 {
+	switch {
+	case c.sec.node.Ready(sender):
+		c.sec.release(now, sender, c.sendNow)
+	case waiting || len(c.sec.pending[sender]) > 0:
 		if init, err := c.sec.node.Connect(now, sender); err == nil && init != nil {
 			c.sendNow(from, init)
 		}
