@@ -4,9 +4,9 @@
 // s the tests still running; the full output of each failed test; go
 // test's own package lines ("ok", "FAIL", build errors) unchanged, so that
 // readers of plain go test output still find them; and at the end, again,
-// each failed test with the last lines of its output, so that a reader of
-// only the tail of a long log (a CI page) sees what failed. `make test`
-// runs it.
+// each failed test with the lines its t.Error and t.Fatal calls wrote and
+// the last lines of its output, so that a reader of only the tail of a
+// long log (a CI page) sees what failed. `make test` runs it.
 //
 // Usage: go test -json ./... | go run ./internal/devtools/testprogress
 package main
@@ -42,6 +42,10 @@ type event struct {
 	Test       string
 	Elapsed    float64
 	Output     string
+	// OutputType is "error" on a line a t.Error or t.Fatal call wrote and
+	// "error-continue" on its further lines; go test releases after 1.26
+	// mark them so, older ones leave it empty.
+	OutputType string
 }
 
 // printer turns events into progress lines.
@@ -53,26 +57,33 @@ type printer struct {
 	// out holds, per package and top-level test, the output of the test
 	// and its subtests until it ends.
 	out map[[2]string][]string
+	// errs holds, in the same way, the lines of that output that t.Error
+	// and t.Fatal calls wrote.
+	errs map[[2]string][]string
 	// started is when each running top-level test began.
 	started map[[2]string]time.Time
 	// failed holds the failed top-level tests, for the summary.
 	failed []failure
 }
 
-// failure is one failed top-level test: its name, package and the last
-// lines of its output.
+// failure is one failed top-level test: its name, package, the lines its
+// failing checks wrote and the last lines of its output.
 type failure struct {
 	test, pkg string
 	elapsed   float64
+	errs      []string
 	tail      []string
 }
 
 // summaryLines is how many of a failed test's last output lines the
-// summary repeats.
-const summaryLines = 12
+// summary repeats, and summaryErrors how many of its error lines.
+const (
+	summaryLines  = 30
+	summaryErrors = 20
+)
 
 func newPrinter(w io.Writer, now func() time.Time) *printer {
-	return &printer{w: w, now: now, start: now(), out: map[[2]string][]string{}, started: map[[2]string]time.Time{}}
+	return &printer{w: w, now: now, start: now(), out: map[[2]string][]string{}, errs: map[[2]string][]string{}, started: map[[2]string]time.Time{}}
 }
 
 // run reads events until the end of r. Lines that are not JSON events
@@ -94,7 +105,7 @@ func (p *printer) run(r io.Reader) error {
 }
 
 // summary prints, when any test failed, each failed test again with the
-// last lines of its output.
+// lines its failing checks wrote and the last lines of its output.
 func (p *printer) summary() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -103,7 +114,14 @@ func (p *printer) summary() {
 	}
 	fmt.Fprintf(p.w, "%s %d test(s) failed:\n", p.stamp(), len(p.failed))
 	for _, f := range p.failed {
-		fmt.Fprintf(p.w, "  FAIL %s (%.1fs) in %s, last lines:\n", f.test, f.elapsed, f.pkg)
+		fmt.Fprintf(p.w, "  FAIL %s (%.1fs) in %s\n", f.test, f.elapsed, f.pkg)
+		if len(f.errs) > 0 {
+			io.WriteString(p.w, "   what failed:\n")
+			for _, l := range f.errs {
+				io.WriteString(p.w, "    "+l)
+			}
+		}
+		io.WriteString(p.w, "   last lines:\n")
 		for _, l := range f.tail {
 			io.WriteString(p.w, "    "+l)
 		}
@@ -146,9 +164,13 @@ func (p *printer) handle(e event) {
 		if !sub {
 			p.started[key] = p.now()
 			p.out[key] = nil
+			p.errs[key] = nil
 		}
 	case "output":
 		p.out[key] = append(p.out[key], e.Output)
+		if e.OutputType == "error" || e.OutputType == "error-continue" {
+			p.errs[key] = append(p.errs[key], e.Output)
+		}
 	case "pass", "fail", "skip":
 		if sub {
 			return
@@ -160,11 +182,13 @@ func (p *printer) handle(e event) {
 				io.WriteString(p.w, "    "+l)
 			}
 			tail := out[max(0, len(out)-summaryLines):]
-			p.failed = append(p.failed, failure{test: top, pkg: e.Package, elapsed: e.Elapsed, tail: tail})
+			errs := p.errs[key][:min(len(p.errs[key]), summaryErrors)]
+			p.failed = append(p.failed, failure{test: top, pkg: e.Package, elapsed: e.Elapsed, errs: errs, tail: tail})
 		} else {
 			fmt.Fprintf(p.w, "%s %s %s (%.1fs)\n", p.stamp(), e.Action, top, e.Elapsed)
 		}
 		delete(p.out, key)
+		delete(p.errs, key)
 		delete(p.started, key)
 	}
 }
