@@ -316,6 +316,54 @@ type iperfResult struct {
 	LostPercent        float64
 	Packets, Lost      int
 	Intervals          []float64 // received Mbit/s per interval
+	// RcvbufDrops is how many datagrams the receiving host's kernel
+	// dropped during the run because a UDP socket's buffer was full (Udp
+	// RcvbufErrors in its namespace): the receiving iperf3, descheduled on
+	// a loaded machine, read too late. They count in Lost but were
+	// delivered by the network.
+	RcvbufDrops int
+}
+
+// NetworkLost is how many of the lost datagrams the network lost: those
+// the receiving host's full socket buffer dropped are not its doing.
+func (r iperfResult) NetworkLost() int { return max(0, r.Lost-r.RcvbufDrops) }
+
+// udpRcvbufErrors reads the count of UDP datagrams dropped for a full
+// socket buffer in namespace ns.
+func udpRcvbufErrors(t *testing.T, ns string) int {
+	t.Helper()
+	out, err := inNS(ns, "cat", "/proc/net/snmp")
+	if err != nil {
+		t.Fatalf("/proc/net/snmp in %s: %v: %s", ns, err, out)
+	}
+	n, err := snmpField(out, "Udp", "RcvbufErrors")
+	if err != nil {
+		t.Fatalf("/proc/net/snmp in %s: %v", ns, err)
+	}
+	return n
+}
+
+// snmpField returns one counter of /proc/net/snmp, whose protocols each
+// have a line of names followed by a line of values.
+func snmpField(snmp, proto, name string) (int, error) {
+	var names []string
+	for line := range strings.Lines(snmp) {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != proto+":" {
+			continue
+		}
+		if names == nil {
+			names = f[1:]
+			continue
+		}
+		for i, n := range names {
+			if n == name && i+1 < len(f) {
+				return strconv.Atoi(f[i+1])
+			}
+		}
+		break
+	}
+	return 0, fmt.Errorf("no %s %s", proto, name)
 }
 
 // iperfNS runs an iperf3 client in srcNS against a one-shot server in
@@ -327,6 +375,7 @@ func iperfNS(t *testing.T, srcNS, dstNS, dstAddr string, port int, args ...strin
 		t.Fatal(err)
 	}
 	defer func() { srv.Process.Kill(); srv.Wait() }()
+	drops := udpRcvbufErrors(t, dstNS)
 	var out string
 	var err error
 	for try := 0; try < 30; try++ {
@@ -367,7 +416,8 @@ func iperfNS(t *testing.T, srcNS, dstNS, dstAddr string, port int, args ...strin
 		t.Fatalf("iperf3 output: %v: %.400s", err, out)
 	}
 	r := iperfResult{RecvMbps: res.End.SumReceived.BPS / 1e6, SentMbps: res.End.SumSent.BPS / 1e6,
-		LostPercent: res.End.Sum.LostPercent, Packets: res.End.Sum.Packets, Lost: res.End.Sum.Lost}
+		LostPercent: res.End.Sum.LostPercent, Packets: res.End.Sum.Packets, Lost: res.End.Sum.Lost,
+		RcvbufDrops: udpRcvbufErrors(t, dstNS) - drops}
 	if r.RecvMbps == 0 { // UDP
 		r.RecvMbps = res.End.Sum.BPS / 1e6
 	}

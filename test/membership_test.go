@@ -20,14 +20,15 @@ import (
 // admit each other by certificate of an overlay CA, as an operator would
 // run it with the detour CLI.
 //   - Sapporo joins the running Osaka, Tokyo, Nagoya overlay, while a
-//     50 Mbit/s UDP flow runs from Osaka to Tokyo: the flow loses no
-//     datagram (or, when the loaded machine drops some, no more than the
-//     same flow with no join does), Sapporo's host reaches every other site's host within 2 s
-//     of its agent starting, and nothing at the three was changed (their
+//     50 Mbit/s UDP flow runs from Osaka to Tokyo: the overlay loses no
+//     datagram of the flow (the receiving host's kernel may drop some when
+//     the loaded machine deschedules iperf3; those are counted apart),
+//     Sapporo's host reaches every other site's host within 2 s of its
+//     agent starting, and nothing at the three was changed (their
 //     configuration files) or restarted (their agents' PIDs).
 //   - Nagoya rotates its key (new key file, a certificate for it, detour
-//     reload) under a 20 Mbit/s flow to Osaka: no datagram lost, new
-//     sessions made with every member.
+//     reload) under a 20 Mbit/s flow to Osaka: the overlay loses no
+//     datagram, new sessions made with every member.
 //   - A revocation of Sapporo given to Osaka alone: within 2 s no site
 //     lists Sapporo alive, and Sapporo's host reaches no other site.
 func TestMembershipByCertificate(t *testing.T) {
@@ -49,19 +50,13 @@ func TestMembershipByCertificate(t *testing.T) {
 	reached := o.waitReach(t, "Sapporo", three, t0, 5*time.Second)
 	wg.Wait()
 	t.Logf("Sapporo's agent answered %v after the start; its host reached %v", api.Round(time.Millisecond), reached)
-	t.Logf("Osaka->Tokyo UDP at 50 Mbit/s across the join: %d datagrams, %d lost, %.1f Mbit/s received", flow.Packets, flow.Lost, flow.RecvMbps)
+	t.Logf("Osaka->Tokyo UDP at 50 Mbit/s across the join: %d datagrams, %d lost (%d of them dropped by the receiving host's full socket buffer), %.1f Mbit/s received",
+		flow.Packets, flow.Lost, flow.RcvbufDrops, flow.RecvMbps)
 	if flow.Packets == 0 {
 		t.Errorf("no datagram of the flow between the three arrived")
 	}
-	if flow.Lost != 0 {
-		// On two shared cores the emulator itself may drop a loaded flow's
-		// datagrams; the same flow with no join says whether the join did.
-		base := iperfNS(t, o.host("Osaka").NS, o.host("Tokyo").NS, o.host("Tokyo").Addr, 5483,
-			"-u", "-b", "50M", "-l", "1200", "-t", "8")
-		t.Logf("the flow lost %d of %d across the join; the same flow with no join: %d of %d lost", flow.Lost, flow.Packets, base.Lost, base.Packets)
-		if base.Lost == 0 || flow.Lost > 3*base.Lost+10 {
-			t.Errorf("the flow between the three lost %d of %d datagrams across the join, %d with no join", flow.Lost, flow.Packets, base.Lost)
-		}
+	if n := flow.NetworkLost(); n != 0 {
+		t.Errorf("the overlay lost %d of %d datagrams of the flow between the three across the join", n, flow.Packets)
 	}
 	for site, d := range reached {
 		if d > 2*time.Second {
@@ -101,9 +96,10 @@ func (o *overlay) rotateKey(t *testing.T, site, dst string) {
 	out := o.mustDetour(t, site, "reload")
 	wg.Wait()
 	t.Logf("%s: detour reload: %s", site, strings.TrimSpace(out))
-	t.Logf("%s->%s UDP at 20 Mbit/s across the key rotation: %d datagrams, %d lost", site, dst, flow.Packets, flow.Lost)
-	if flow.Packets == 0 || flow.Lost != 0 {
-		t.Errorf("the flow lost %d of %d datagrams across %s's key rotation", flow.Lost, flow.Packets, site)
+	t.Logf("%s->%s UDP at 20 Mbit/s across the key rotation: %d datagrams, %d lost (%d of them dropped by the receiving host's full socket buffer)",
+		site, dst, flow.Packets, flow.Lost, flow.RcvbufDrops)
+	if flow.Packets == 0 || flow.NetworkLost() != 0 {
+		t.Errorf("the overlay lost %d of %d datagrams across %s's key rotation", flow.NetworkLost(), flow.Packets, site)
 	}
 	d, show := delta(before[site], o.counters(t, site), "session_established", "session_initiations")
 	t.Logf("%s: %s", site, show)
