@@ -72,19 +72,30 @@ func newNet(t testing.TB, n int, sealed bool, seed uint64) *net {
 			sec.Addrs[wire.SiteIDFromName(name(0))] = addr(0)
 			cfg.Secure = sec
 		}
-		c, err := New(cfg, h.now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.cores = append(h.cores, c)
+		h.add(cfg)
 	}
+	return h.start()
+}
+
+func name(i int) string { return "s" + string(rune('0'+i)) }
+
+// add builds a core from cfg and puts it in the harness.
+func (h *net) add(cfg Config) {
+	h.t.Helper()
+	c, err := New(cfg, h.now)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.cores = append(h.cores, c)
+}
+
+// start puts the cores' first datagrams in flight.
+func (h *net) start() *net {
 	for i := range h.cores {
 		h.drain(i)
 	}
 	return h
 }
-
-func name(i int) string { return "s" + string(rune('0'+i)) }
 
 // drain takes a core's Ready and puts its datagrams in flight.
 func (h *net) drain(i int) Ready {

@@ -80,16 +80,9 @@ func newCANet(t *testing.T, n int, seed uint64, drop func(from int, d Datagram) 
 		cfg := Config{Control: control.DefaultConfig(name(i), addr(i), boot...), Secure: &Secure{
 			Private: priv, Peers: map[wire.SiteID]keys.PublicKey{}, Addrs: map[wire.SiteID]netip.AddrPort{},
 			Rand: seeded(seed*1000 + uint64(i)), Authority: ca.NewAuthority(caPub), Certificate: cert}}
-		c, err := New(cfg, h.now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.cores = append(h.cores, c)
+		h.add(cfg)
 	}
-	for i := range h.cores {
-		h.drain(i)
-	}
-	return h
+	return h.start()
 }
 
 // certificateFrom reports whether d is a certificate message and whether
