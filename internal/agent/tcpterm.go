@@ -198,6 +198,8 @@ func tcpTermCounters(t *tcpTerm) map[string]int64 {
 		"bad_replies":   int64(s.BadReplies.Load()),
 		"input_drops":   int64(s.InputDrops.Load()),
 	}
+	frames, packets := t.term.Coalescing()
+	m["input_frames"], m["input_packets"] = int64(frames), int64(packets)
 	if tb := t.port.KV.Load(); tb != nil {
 		r := tb.TCPStats()
 		m["frames_to_terminator"] = int64(r.ToTerminator.Load())

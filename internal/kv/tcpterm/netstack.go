@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -13,6 +15,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
 	"github.com/detour-overlay/detour/internal/device"
@@ -28,7 +31,55 @@ type netStack struct {
 	mac [6]byte
 	s   *stack.Stack
 	ep  *channel.Endpoint
+	// link is the stack's link endpoint: ep, with the stack's dispatcher
+	// kept for the frames inject coalesces first.
+	link *groLink
+	// gro joins consecutive segments of one TCP flow among the frames
+	// inject hands the stack, until flush: a value the router hands over
+	// as hundreds of MTU-sized frames reaches TCP as a few large
+	// segments. groMu guards it: inject and inbound share it.
+	groMu sync.Mutex
+	gro   gro.GRO
+	// injected counts the frames inject took; link counts the packets
+	// the stack was given from them.
+	injected atomic.Uint64
 }
+
+// groLink is the stack's link endpoint: a channel endpoint that also
+// keeps the stack's dispatcher, which the stack gives it when the NIC is
+// created, for the packets that leave generic receive offload, and counts
+// them.
+type groLink struct {
+	*channel.Endpoint
+	mu         sync.RWMutex
+	dispatcher stack.NetworkDispatcher
+	delivered  atomic.Uint64
+}
+
+// Attach implements stack.LinkEndpoint.
+func (l *groLink) Attach(d stack.NetworkDispatcher) {
+	l.mu.Lock()
+	l.dispatcher = d
+	l.mu.Unlock()
+	l.Endpoint.Attach(d)
+}
+
+// DeliverNetworkPacket implements stack.NetworkDispatcher for the packets
+// generic receive offload lets go: it hands them to the stack, unless the
+// stack has detached.
+func (l *groLink) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	l.mu.RLock()
+	d := l.dispatcher
+	l.mu.RUnlock()
+	if d != nil {
+		l.delivered.Add(1)
+		d.DeliverNetworkPacket(proto, pkt)
+	}
+}
+
+// DeliverLinkPacket implements stack.NetworkDispatcher; generic receive
+// offload gives no link packets.
+func (l *groLink) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
 
 const nicID = 1
 
@@ -43,11 +94,22 @@ func newNetStack(dev device.Device, mac [6]byte) (*netStack, error) {
 		return nil, fmt.Errorf("tcpterm: SACK: %v", err)
 	}
 	ep := channel.New(1024, uint32(dev.MTU()), tcpip.LinkAddress(mac[:]))
-	if err := s.CreateNIC(nicID, ep); err != nil {
+	// Every packet reaches the stack through generic receive offload,
+	// which checks the IPv4 and TCP checksums of each TCP segment before
+	// it joins segments (it cannot fix the checksums of a joined one), so
+	// the stack must not check them again. The other packets (not TCP,
+	// fragments, IP options) are never the terminator's, and go
+	// unchecked.
+	ep.LinkEPCapabilities |= stack.CapabilityRXChecksumOffload
+	link := &groLink{Endpoint: ep}
+	if err := s.CreateNIC(nicID, link); err != nil {
 		return nil, fmt.Errorf("tcpterm: NIC: %v", err)
 	}
 	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: nicID}})
-	return &netStack{dev: dev, mac: mac, s: s, ep: ep}, nil
+	n := &netStack{dev: dev, mac: mac, s: s, ep: ep, link: link}
+	n.gro.Init(true)
+	n.gro.Dispatcher = link
+	return n, nil
 }
 
 // addAddress gives the stack a virtual address.
@@ -87,9 +149,8 @@ func (n *netStack) inbound() error {
 		if l < 14+20 || [6]byte(f[0:6]) != n.mac || binary.BigEndian.Uint16(f[12:14]) != 0x0800 {
 			continue
 		}
-		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(f[14:])})
-		n.ep.InjectInbound(ipv4.ProtocolNumber, pkt)
-		pkt.DecRef()
+		n.inject(f)
+		n.flush()
 	}
 }
 
@@ -152,11 +213,26 @@ func (n *netStack) outbound(ctx context.Context, bridge device.Device, route dir
 }
 
 // inject hands the stack a frame the router gave the terminator in the
-// process (an untagged IPv4 frame).
+// process (an untagged IPv4 frame), through generic receive offload: a
+// segment that continues the flow of one held there joins it, and the
+// stack takes them at the next flush.
 func (n *netStack) inject(f []byte) {
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(f[14:])})
-	n.ep.InjectInbound(ipv4.ProtocolNumber, pkt)
+	pkt.NetworkProtocolNumber = ipv4.ProtocolNumber
+	n.injected.Add(1)
+	n.groMu.Lock()
+	n.gro.Enqueue(pkt)
+	n.groMu.Unlock()
 	pkt.DecRef()
+}
+
+// flush hands the stack what generic receive offload holds. The caller
+// of inject calls it when no frame waits, so that nothing is held longer
+// than the burst it belongs to.
+func (n *netStack) flush() {
+	n.groMu.Lock()
+	n.gro.Flush()
+	n.groMu.Unlock()
 }
 
 // close stops the stack.

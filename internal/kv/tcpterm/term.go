@@ -72,6 +72,13 @@ type Stats struct {
 	InputDrops   atomic.Uint64 // frames from the router dropped: the terminator's queue was full
 }
 
+// Coalescing returns how many frames from the router the stack took and
+// how many packets it was given from them: segments of one TCP flow that
+// arrive together are joined first.
+func (t *Terminator) Coalescing() (frames, packets uint64) {
+	return t.ns.injected.Load(), t.ns.link.delivered.Load()
+}
+
 // Terminator terminates TCP connections to the virtual addresses of one
 // network's pools and sends their requests over pooled connections to
 // the servers.
@@ -330,6 +337,7 @@ func (t *Terminator) injector(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			t.ns.flush()
 			return
 		case b := <-t.in:
 			f := *b
@@ -347,6 +355,9 @@ func (t *Terminator) injector(ctx context.Context) {
 			}
 			t.ns.inject(f)
 			t.inPool.Put(b)
+			if len(t.in) == 0 {
+				t.ns.flush()
+			}
 		}
 	}
 }

@@ -660,3 +660,36 @@ func TestTerminatorBatchesBridgeWrites(t *testing.T) {
 		t.Fatalf("%d frames written to the bridge in %d flushes: want one flush per burst, not per frame", w, f)
 	}
 }
+
+// TestTerminatorCoalescesServerSegments: the segments of a large reply
+// that the router hands the terminator in a burst reach its stack joined
+// into larger ones (generic receive offload, flushed when no frame waits),
+// and the client gets the whole value, in order.
+func TestTerminatorCoalescesServerSegments(t *testing.T) {
+	s := newSite(t, Config{}, true)
+	value := strings.Repeat("0123456789abcdef", 1_000_000/16)
+	for i := range servers {
+		s.setDirect(i, "big", value)
+	}
+	c, r := s.dial()
+	frames0, packets0 := s.term.Coalescing()
+	for range 3 {
+		fmt.Fprintf(c, "get big\r\n")
+		if l := readLine(t, r); l != fmt.Sprintf("VALUE big 0 %d\r\n", len(value)) {
+			t.Fatalf("get big: %q", l)
+		}
+		got := make([]byte, len(value)+2)
+		if _, err := io.ReadFull(r, got); err != nil || string(got) != value+"\r\n" {
+			t.Fatalf("get big: %d bytes of the value, %v", len(got), err)
+		}
+		if l := readLine(t, r); l != "END\r\n" {
+			t.Fatalf("get big: %q after the value", l)
+		}
+	}
+	frames, packets := s.term.Coalescing()
+	frames, packets = frames-frames0, packets-packets0
+	t.Logf("%d frames from the router reached the stack as %d packets", frames, packets)
+	if frames < 2000 || packets > frames/2 {
+		t.Fatalf("%d frames from the router reached the stack as %d packets: want them joined", frames, packets)
+	}
+}
