@@ -629,6 +629,23 @@ func (h *heldBridge) counts() (writes, flushes int) {
 	return h.writes, h.flushes
 }
 
+// getBig gets the key "big" on a client connection and checks that the
+// reply is value, whole.
+func getBig(t *testing.T, c io.Writer, r *bufio.Reader, value string) {
+	t.Helper()
+	fmt.Fprintf(c, "get big\r\n")
+	if l := readLine(t, r); l != fmt.Sprintf("VALUE big 0 %d\r\n", len(value)) {
+		t.Fatalf("get big: %q", l)
+	}
+	got := make([]byte, len(value)+2)
+	if _, err := io.ReadFull(r, got); err != nil || string(got) != value+"\r\n" {
+		t.Fatalf("get big: %d bytes of the value, %v", len(got), err)
+	}
+	if l := readLine(t, r); l != "END\r\n" {
+		t.Fatalf("get big: %q after the value", l)
+	}
+}
+
 // TestTerminatorBatchesBridgeWrites: the segments of a large reply that
 // the terminator sends on a bridge that coalesces writes are flushed
 // when the stack has nothing more queued, not one by one, and every
@@ -642,17 +659,7 @@ func TestTerminatorBatchesBridgeWrites(t *testing.T) {
 	}
 	c, r := s.dial()
 	w0, f0 := hb.counts()
-	fmt.Fprintf(c, "get big\r\n")
-	if l := readLine(t, r); l != fmt.Sprintf("VALUE big 0 %d\r\n", len(value)) {
-		t.Fatalf("get big: %q", l)
-	}
-	got := make([]byte, len(value)+2)
-	if _, err := io.ReadFull(r, got); err != nil || string(got) != value+"\r\n" {
-		t.Fatalf("get big: %d bytes of the value, %v", len(got), err)
-	}
-	if l := readLine(t, r); l != "END\r\n" {
-		t.Fatalf("get big: %q after the value", l)
-	}
+	getBig(t, c, r, value)
 	w, f := hb.counts()
 	w, f = w-w0, f-f0
 	t.Logf("%d frames written to the bridge in %d flushes", w, f)
@@ -674,17 +681,7 @@ func TestTerminatorCoalescesServerSegments(t *testing.T) {
 	c, r := s.dial()
 	frames0, packets0 := s.term.Coalescing()
 	for range 3 {
-		fmt.Fprintf(c, "get big\r\n")
-		if l := readLine(t, r); l != fmt.Sprintf("VALUE big 0 %d\r\n", len(value)) {
-			t.Fatalf("get big: %q", l)
-		}
-		got := make([]byte, len(value)+2)
-		if _, err := io.ReadFull(r, got); err != nil || string(got) != value+"\r\n" {
-			t.Fatalf("get big: %d bytes of the value, %v", len(got), err)
-		}
-		if l := readLine(t, r); l != "END\r\n" {
-			t.Fatalf("get big: %q after the value", l)
-		}
+		getBig(t, c, r, value)
 	}
 	frames, packets := s.term.Coalescing()
 	frames, packets = frames-frames0, packets-packets0
