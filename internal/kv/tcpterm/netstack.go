@@ -212,8 +212,9 @@ func (n *netStack) outbound(ctx context.Context, bridge device.Device, route dir
 	}
 }
 
-// inject hands the stack a frame the router gave the terminator in the
-// process (an untagged IPv4 frame), through generic receive offload: a
+// inject hands the stack an untagged IPv4 frame for the terminator (one
+// the router gave it in the process, or read from its device), through
+// generic receive offload: a
 // segment that continues the flow of one held there joins it, and the
 // stack takes them at the next flush.
 func (n *netStack) inject(f []byte) {
