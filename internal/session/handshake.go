@@ -85,7 +85,7 @@ func (n *Node) initiate(now time.Time, p *peer, first bool) ([]byte, error) {
 	} else {
 		p.retryDelay = min(2*p.retryDelay, RetryMax)
 	}
-	p.hs, p.hsIndex, p.hsPacket = hs, idx, msg
+	p.hs, p.hsIndex, p.hsPacket, p.hsSent = hs, idx, msg, now
 	p.nextRetry = now.Add(p.retryDelay)
 	n.stats.initiations.Add(1)
 	return msg, nil
@@ -122,8 +122,12 @@ func (n *Node) handleInit(now time.Time, p *peer, pkt []byte, m *wire.Handshake)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// Simultaneous initiation: the higher site ID's initiation wins; the
-	// lower site drops its own and answers.
-	if p.hs != nil && n.self > p.site {
+	// lower site drops its own and answers. Ours wins only while its
+	// answer may still come: one sent longer ago than a retry interval
+	// was most likely lost, or its answer was, and the peer's initiation,
+	// which did arrive, is answered instead of left to wait for our next
+	// retry, seconds later once the retries have backed off.
+	if p.hs != nil && n.self > p.site && now.Sub(p.hsSent) < RetryInitial {
 		n.stats.collisions.Add(1)
 		return Result{}, ErrCollision
 	}

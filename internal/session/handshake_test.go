@@ -195,6 +195,41 @@ func TestSimultaneousInitiation(t *testing.T) {
 	}
 }
 
+// The higher site's initiation was lost: the lower site's, arriving a
+// retry interval later, is answered rather than dropped as a collision,
+// and the two have a session without waiting for the higher site's next
+// retry.
+func TestLostInitiationYieldsToThePeers(t *testing.T) {
+	n := mesh(t, 2)
+	lo, hi := n[0], n[1]
+	if _, err := hi.Connect(t0, 1); err != nil { // lost on the way
+		t.Fatal(err)
+	}
+	late := t0.Add(RetryInitial - time.Millisecond)
+	initLo, _ := lo.Connect(late, 2)
+	if _, err := hi.HandleHandshake(late, initLo); !errors.Is(err, ErrCollision) {
+		t.Fatalf("initiation within the retry interval of the higher site's own: %v, want a collision", err)
+	}
+	later := t0.Add(RetryInitial)
+	res, err := hi.HandleHandshake(later, initLo)
+	if err != nil || res.Reply == nil {
+		t.Fatalf("higher site did not answer the lower's initiation a retry interval after its own: %v", err)
+	}
+	if hi.peer(1).hs != nil {
+		t.Fatal("higher site kept its unanswered initiation")
+	}
+	res2, err := lo.HandleHandshake(later, res.Reply)
+	if err != nil || !res2.Established {
+		t.Fatalf("lower site's handshake not completed: %v", err)
+	}
+	if _, _, err := hi.OpenControl(res2.Reply); err != nil {
+		t.Fatal(err)
+	}
+	if !lo.Ready(2) || !hi.Ready(1) {
+		t.Fatal("not both ready")
+	}
+}
+
 func TestRetryBackoffAndGiveUp(t *testing.T) {
 	n := mesh(t, 2)
 	a := n[0]

@@ -31,6 +31,7 @@ type peer struct {
 	hsIndex      uint32
 	hsPacket     []byte
 	attemptStart time.Time
+	hsSent       time.Time // when hsPacket was last sent (first or retry)
 	nextRetry    time.Time
 	retryDelay   time.Duration
 	// Replay protection and rate limit of received initiations.
