@@ -50,7 +50,7 @@ func startOverlay(ctx context.Context, st *State, sc *scenario.Scenario, o Optio
 	err := waitOverlay(ctx, st, 20*time.Second+time.Duration(len(st.Sites))*time.Second)
 	var u *unreachableError
 	if errors.As(err, &u) {
-		return fmt.Errorf("%w%s", err, daemonLogs(o, st.Sites[0].Name, u.site))
+		return fmt.Errorf("%w%s%s", err, diagnosis(st, o, st.Sites[0].Name, u.site), daemonLogs(o, st.Sites[0].Name, u.site))
 	}
 	return err
 }
@@ -69,6 +69,48 @@ func daemonLogs(o Options, sites ...string) string {
 		fmt.Fprintf(&b, "\nend of %s.log:\n%s", name, logTail(o.StateDir, name))
 	}
 	return b.String()
+}
+
+// diagnosis says, for an overlay that did not come up between sites a
+// and b, what the emulator carried between them and, for detour, what
+// each agent saw: whether the underlay or the overlay failed.
+func diagnosis(st *State, o Options, a, b string) string {
+	var out strings.Builder
+	if t, err := GetTruth(o.StateDir); err == nil {
+		fmt.Fprintf(&out, "\nemulator after %.1f s: unroutable %d, write errors %d, wake-up lateness %.0f µs",
+			t.UptimeS, t.Unroutable, t.WriteErrors, t.WakeLateUS)
+		for _, l := range t.Links {
+			if (l.From == a && l.To == b) || (l.From == b && l.To == a) {
+				fmt.Fprintf(&out, "\n  %s→%s: delivered %d, lost %d, queue drops %d, late %d",
+					l.From, l.To, l.Delivered, l.Lost, l.QueueDrops, l.Late)
+			}
+		}
+	}
+	if o.Overlay != "detour" && o.Overlay != "detour-plain" {
+		return out.String()
+	}
+	for _, site := range st.Sites {
+		if site.Name != a && site.Name != b {
+			continue
+		}
+		var s api.Status
+		if err := api.NewSocketClient(api.NetnsSocket(site.Gateway)).Get("/v1/status", &s); err != nil {
+			fmt.Fprintf(&out, "\nagent %s: no status: %v", site.Name, err)
+			continue
+		}
+		alive := 0
+		for _, m := range s.Members {
+			if m.State == "alive" {
+				alive++
+			}
+		}
+		c := s.Counters
+		fmt.Fprintf(&out, "\nagent %s after %.1f s: %d of %d other members alive; packets in %d, out %d; handshakes completed as initiator %d, initiations %d, responses %d, collisions %d; late wakes %d (%d ms)",
+			site.Name, s.UptimeSeconds, alive, len(s.Members)-1, c["packets_received"], c["packets_sent"],
+			c["session_established"], c["session_initiations"], c["session_responses"], c["session_collisions"],
+			c["late_wakes"], c["late_wake_ms"])
+	}
+	return out.String()
 }
 
 // unreachableError means the first site's host could not reach a host

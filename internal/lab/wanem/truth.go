@@ -46,6 +46,9 @@ type Truth struct {
 	UptimeS    float64     `json:"uptime_s"`
 	Links      []LinkTruth `json:"links"`
 	Unroutable uint64      `json:"unroutable"`
+	// WriteErrors counts the packets the emulator could not write to
+	// their destination's port.
+	WriteErrors uint64 `json:"write_errors"`
 	// WakeLateUS is how late, on average over the sites, the kernel wakes
 	// the emulator's schedulers after a timed sleep; the schedulers sleep
 	// that much less, so it does not add to the emulated delays.
@@ -57,7 +60,7 @@ func nsToMS(d float64) float64 { return float64(int64(d/1e3)) / 1e3 }
 // Truth reports every directed link, in site order.
 func (e *Emulator) Truth() Truth {
 	now := e.clock()
-	t := Truth{UptimeS: e.Uptime().Seconds(), Unroutable: e.unroutable.Load()}
+	t := Truth{UptimeS: e.Uptime().Seconds(), Unroutable: e.unroutable.Load(), WriteErrors: e.writeErrs.Load()}
 	for _, s := range e.sched {
 		t.WakeLateUS += float64(s.lateNS.Load()) / 1e3 / float64(len(e.sched))
 	}
