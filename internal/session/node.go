@@ -46,7 +46,11 @@ const (
 	RekeyAttemptTime = 90 * time.Second
 	// UnconfirmedTimeout is how long a wanted peer waits for the
 	// confirmation of a session it answered before initiating its own.
-	UnconfirmedTimeout = 5 * time.Second
+	// The confirmation comes one round trip after the answer, so a
+	// second is longer than any path's, and an answer lost on the way
+	// costs the pair a second rather than the initiator's backed-off
+	// retries (docs/site.md, "A whole overlay shaking hands at once").
+	UnconfirmedTimeout = time.Second
 	// MinInitiationInterval rate-limits accepted initiations per peer.
 	MinInitiationInterval = 20 * time.Millisecond
 )
