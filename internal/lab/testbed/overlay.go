@@ -76,7 +76,9 @@ func daemonLogs(o Options, sites ...string) string {
 // each agent saw: whether the underlay or the overlay failed.
 func diagnosis(st *State, o Options, a, b string) string {
 	var out strings.Builder
-	if t, err := GetTruth(o.StateDir); err == nil {
+	if t, err := GetTruth(o.StateDir); err != nil {
+		fmt.Fprintf(&out, "\nemulator: no ground truth: %v", err)
+	} else {
 		fmt.Fprintf(&out, "\nemulator after %.1f s: unroutable %d, write errors %d, wake-up lateness %.0f µs",
 			t.UptimeS, t.Unroutable, t.WriteErrors, t.WakeLateUS)
 		for _, l := range t.Links {
