@@ -87,11 +87,11 @@ func (tm *trafficManager) start(name string) error {
 }
 
 // startOne starts an iperf3 server at site b and a client at site a. The
-// emulator, which starts them, runs real-time (emulatorPriority), and a
-// child inherits that: both run at normal priority instead (chrt
-// --other 0). An iperf3 client that inherited real-time priority and
-// spun once its server had gone held a core for minutes, starving the
-// experiment that was to stop it.
+// emulator, which starts them, has real-time threads (startEmulator), and
+// a child inherits the priority of the thread that started it: both run
+// at normal priority whatever it was (chrt --other 0). An iperf3 client
+// that inherited real-time priority and spun once its server had gone
+// held a core for minutes, starving the experiment that was to stop it.
 func (tm *trafficManager) startOne(name string, a, b, port int, rate scenario.Rate) ([]Proc, error) {
 	srv, err := startDetached(tm.dir, name+"-server", "chrt", normalPriority("ip", "netns", "exec", tm.st.Sites[b].Gateway,
 		"iperf3", "-s", "-p", strconv.Itoa(port))...)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -329,11 +328,20 @@ func createSites(st *State) error {
 }
 
 // startEmulator starts `detour-lab testbed wanem --state DIR` in its own
-// session and waits until its control socket answers.
+// session and waits until its control socket answers. Its readers and
+// schedulers make their own threads real-time (wanem.realTime), ahead of
+// every other program: the emulator is the network, and a reader that
+// waits for a CPU delays every packet without its own accounts showing
+// it (on two cores under 54 agents, with the emulator at nice -10,
+// packets between two gateways waited 3 to 9 s in its input queue; real
+// time, 6.0 to 6.1 ms). The rest of the process runs at normal priority:
+// when the whole of it ran real-time (chrt -f 10), the Go runtime's
+// sysmon thread, waking every 20 µs, took more than half a core at real
+// time, and a start that asked a little more of the emulator left the
+// agents the 5 % of each second the kernel keeps for other programs
+// (docs/lab.md, "The emulator's priority").
 func startEmulator(ctx context.Context, st *State, o Options) error {
-	prog, args := emulatorPriority()
-	args = append(args, o.Self, "testbed", "wanem", "--state", o.StateDir)
-	p, err := startDetached(o.StateDir, "wanem", prog, args...)
+	p, err := startDetached(o.StateDir, "wanem", o.Self, "testbed", "wanem", "--state", o.StateDir)
 	if err != nil {
 		return err
 	}
@@ -344,24 +352,6 @@ func startEmulator(ctx context.Context, st *State, o Options) error {
 	return waitFor(ctx, 10*time.Second, p, o.StateDir, func() bool {
 		return wanem.Call(socketPath(o.StateDir), wanem.Request{Op: "ping"}, nil) == nil
 	})
-}
-
-// emulatorPriority returns the command that runs the emulator ahead of
-// every other program on the machine: real-time (SCHED_FIFO, priority 10)
-// where the kernel allows it, else nice -10. The emulator is the network:
-// it reads packets as they come and writes them when due, and a reader
-// that waits for a CPU delays every packet without its own accounts
-// showing it. On two cores under 54 agents, at nice -10, packets between
-// two gateways waited 3 to 9 s in the emulator's input queue (a ping of
-// 6 ms took 8.7 s); real-time, 6.0 to 6.1 ms. The kernel keeps 5 % of
-// each second for other programs (sched_rt_runtime_us), and the emulator
-// sleeps between packets rather than spinning. The programs the emulator
-// starts (the cross traffic's iperf3) do not inherit it (traffic.go).
-func emulatorPriority() (string, []string) {
-	if exec.Command("chrt", "-f", "10", "true").Run() == nil {
-		return "chrt", []string{"-f", "10"}
-	}
-	return "nice", []string{"-n", "-10"}
 }
 
 // startDetached starts a background process in a new session with its

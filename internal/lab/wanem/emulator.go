@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,8 +158,11 @@ func (e *Emulator) putPacket(p *packet) {
 // read is the loop of one site's reader: it reads packets from the site's
 // port, passes them through the model, and either writes them at once
 // (nothing to wait for and nothing queued ahead on the link) or hands them
-// to the destination's scheduler.
+// to the destination's scheduler. It runs on a real-time thread of its
+// own (readerPriority).
 func (e *Emulator) read(a int) {
+	runtime.LockOSThread()
+	realTime(readerPriority)
 	fd := e.ports[a].FD
 	for {
 		p := e.getPacket()

@@ -170,11 +170,10 @@ func (s *scheduler) popDue(now int64, batch []*packet) ([]*packet, int64) {
 func (s *scheduler) run(clock func() int64, stop <-chan struct{}) {
 	runtime.LockOSThread()
 	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
-	// Real-time priority (best effort: it needs root) keeps deliveries
-	// on time while other programs load the CPUs. The thread sleeps
-	// between deadlines and only writes packets, so it cannot starve
-	// the machine.
-	unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 1}, 0)
+	// Deliveries stay on time while other programs load the CPUs. The
+	// thread sleeps between deadlines and only writes packets, so it
+	// cannot starve the machine.
+	realTime(schedulerPriority)
 	batch := make([]*packet, 0, batchSize)
 	buf := make([]byte, 8)
 	fds := []unix.PollFd{{Fd: int32(s.efd), Events: unix.POLLIN}}
@@ -208,6 +207,25 @@ func (s *scheduler) run(clock func() int64, stop <-chan struct{}) {
 		s.sleeping = 0
 		s.mu.Unlock()
 	}
+}
+
+// The real-time priorities of the emulator's threads: its readers above
+// its schedulers, so that packets are taken in as they come even while
+// due ones are written. Only these threads are real-time, not the whole
+// process: the Go runtime's own threads (sysmon above all, which wakes
+// every 20 µs while goroutines sit in system calls, as these threads do)
+// would otherwise run real-time too and take a core from every other
+// program (docs/lab.md, "The emulator's priority").
+const (
+	readerPriority    = 10
+	schedulerPriority = 1
+)
+
+// realTime makes the calling thread, which must be locked to its
+// goroutine, real-time (SCHED_FIFO) at prio; it is best effort (it needs
+// root or CAP_SYS_NICE), and the thread keeps its priority otherwise.
+func realTime(prio int) {
+	unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}, 0)
 }
 
 // wake interrupts the scheduler's sleep (used to stop it).
