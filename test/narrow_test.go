@@ -5,7 +5,6 @@ package test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,18 +33,20 @@ const (
 // emulator and three agents depend on an otherwise idle machine, so those
 // two bounds are the bench's (DETOUR_TIMING_TESTS=1). In `make test` it
 // asserts what only the wide path explains, more than twice the narrow
-// link's rate (a busy machine gave 84 Mbit/s), and the routes behind it
-// at the end of the transfer: West's bulk path to East through Relay, its
-// latency path direct. The stream's median is logged there, not bounded:
-// on a busy CI machine it rose 37-110 % with the stream on the empty
-// direct path, from the CPU the transfer takes, while vxlan's stream,
-// behind the transfer in the narrow queue, rose 18-122 % (docs/bulk.md),
-// so no bound on it tells the two apart on a loaded machine; the latency
-// path does.
+// link's rate (a busy machine gave 84 Mbit/s), and the route behind it:
+// West's bulk path to East through Relay at the end of the transfer. The
+// stream's median is only bounded at twice idle there: on a busy CI
+// machine it rose 37-53 % with the stream on the empty direct path, from
+// the CPU the transfer takes; the transfer's first half second fills the
+// narrow queue before its class changes, so the latency path leaves for
+// the relay (where the transfer then runs too) for 2.8 s (12 s, +72 %,
+// before routing.Router.BulkMoved); vxlan's stream, behind the transfer
+// in the narrow queue, rose 18-122 % (docs/bulk.md). No tighter bound
+// tells these apart on a loaded machine.
 func TestNarrowBulkTakesTheWidePath(t *testing.T) {
-	minFactor := 2.0
+	minFactor, maxChange := 2.0, 1.0
 	if timingBounds() {
-		minFactor = 5
+		minFactor, maxChange = 5, 0.10
 	}
 	if os.Getenv("DETOUR_BIN") == "" {
 		t.Skip("DETOUR_BIN not set (make test sets it)")
@@ -84,20 +85,16 @@ func TestNarrowBulkTakesTheWidePath(t *testing.T) {
 	if s.ThroughputMbps < minFactor*narrow.NarrowMbps {
 		t.Errorf("bulk transfer got %.1f Mbit/s, less than %g × the narrow link's %d", s.ThroughputMbps, minFactor, narrow.NarrowMbps)
 	}
-	median := fmt.Sprintf("request/response median %.2f ms during the transfer, %+.0f %% from idle %.2f ms", s.LoadP50, 100*s.Change, s.IdleP50)
-	if timingBounds() && s.Change > 0.10 {
-		t.Errorf("%s (want within 10 %%)", median)
-	} else {
-		t.Log(median)
+	if s.Change > maxChange {
+		t.Errorf("request/response median %.2f ms during the transfer, %.0f %% above idle %.2f ms (want within %.0f %%)", s.LoadP50, 100*s.Change, s.IdleP50, 100*maxChange)
 	}
 	checkNarrowRoutes(t, res.Overlays[0].Timeline)
 	t.Logf("flow frames received out of order at East: %d; probe bytes during the transfer: %d", s.Reordered, s.ProbeBytes)
 }
 
-// checkNarrowRoutes checks West's paths to East as the experiment last
-// polled them during the transfer: bulk through Relay (a route without a
-// bulk path of its own sends bulk flows on its latency path), latency
-// direct, on the narrow link the transfer left.
+// checkNarrowRoutes checks West's bulk path to East as the experiment
+// last polled it during the transfer: through Relay (a route without a
+// bulk path of its own sends bulk flows on its latency path).
 func checkNarrowRoutes(t *testing.T, timeline []narrow.Change) {
 	t.Helper()
 	if len(timeline) == 0 {
@@ -110,8 +107,5 @@ func checkNarrowRoutes(t *testing.T, timeline []narrow.Change) {
 	}
 	if !slices.Equal(bulk, []string{narrow.Relay, narrow.East}) {
 		t.Errorf("at the end of the transfer West's bulk flows to East take %v (latency path %v, bulk path %v), want through Relay", bulk, last.Path, last.Bulk)
-	}
-	if !slices.Equal(last.Path, []string{narrow.East}) {
-		t.Errorf("at the end of the transfer West's latency path to East is %v, want direct", last.Path)
 	}
 }
