@@ -54,7 +54,6 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/detour-overlay/detour/internal/linkstate"
@@ -104,6 +103,7 @@ type Node struct {
 	nextBootstrap time.Time
 	helloSent     map[netip.AddrPort]time.Time // rate limit for hellos to unknown senders
 	lossSlots     map[wire.SiteID][]lossSlot   // loss estimates of reported links, by origin
+	mx            matrixState                  // the routing matrix, kept between route computations
 	// zeroLossMemo holds the loss of a link that lost nothing, by sample
 	// count, at the charge quantile zeroLossZ (zeroLoss).
 	zeroLossMemo  []routing.Loss
@@ -745,12 +745,7 @@ func (n *Node) route(now time.Time) {
 			addrs[m.id] = m.addr
 		}
 	}
-	mx := n.matrix(now, live)
-	prev := n.router.Matrix()
-	sw := n.router.Update(now, mx, addrs)
-	if prev != nil && prev != mx {
-		spareMatrices.Put(prev) // the router let go of it
-	}
+	sw := n.router.Update(now, n.matrix(now, live), addrs)
 	n.timersMoved() // held switches have deadlines; hot members have shorter timers
 	if n.cfg.Economy {
 		n.markHot(now)
@@ -764,62 +759,6 @@ func (n *Node) route(now time.Time) {
 	if k := len(n.switches) - maxPendingSwitches; k > 0 {
 		n.switches = append(n.switches[:0], n.switches[k:]...)
 	}
-}
-
-// spareMatrices holds the matrices routers let go of, for the next route
-// computation of any node of the process: N² links are then not
-// allocated at every computation, and the simulator's hundreds of nodes
-// share a few spares rather than keeping one each.
-var spareMatrices sync.Pool
-
-// matrix builds the routing matrix over the live sites from their latest
-// fresh reports. A link's available throughput is what its receiver
-// reports (the reverse link's RevRate, as DB.Rate reads it); it is taken
-// from the same pass over the reports rather than looked up per link,
-// since the pass is O(N²) and runs at every refresh.
-func (n *Node) matrix(now time.Time, live []wire.SiteID) *routing.Matrix {
-	spare, _ := spareMatrices.Get().(*routing.Matrix)
-	mx := routing.Reuse(spare, live)
-	z := n.chargeZ(len(live))
-	settle := n.settleTime()
-	type rate struct {
-		from, to wire.SiteID
-		rate     float64
-		kind     uint8
-	}
-	var rates []rate
-	for _, from := range live {
-		o, ok := n.db.Origin(from)
-		if !ok {
-			continue
-		}
-		fresh := from == n.self || n.db.Fresh(now, from)
-		row, ok := mx.Row(from)
-		if !ok {
-			continue
-		}
-		var slots []lossSlot // taken at the first link that lost something
-		for i := range o.Links {
-			l := &o.Links[i]
-			if slots == nil && l.Loss != 0 {
-				slots = n.originSlots(from, len(o.Links), len(live))
-			}
-			if l.RateKnown() {
-				rates = append(rates, rate{l.To, from, l.RevRate, l.RevRateKind})
-			}
-			if !fresh || !l.Up {
-				continue
-			}
-			e := routing.Edge{Delay: l.DelayAt(now), RTT: l.RTT, Loss: n.slotLoss(slots, i, l, z), Jitter: l.Jitter}
-			e.Suspect = from == n.self && n.suspect(now, n.members[l.To])
-			e.Settling = !l.Flapping && now.Sub(l.UpSince) < settle
-			row.Set(l.To, e)
-		}
-	}
-	for _, r := range rates {
-		mx.SetRate(r.from, r.to, r.rate, r.kind)
-	}
-	return mx
 }
 
 // suspect reports whether this site's link to m has missed replies for

@@ -122,6 +122,10 @@ type Origin struct {
 	// destination. A slice, not a map: every route computation reads
 	// every origin's links, N² of them.
 	Links []Link
+	// Version changes whenever Links do, and no two reports held by one
+	// DB ever share it: a reader that remembers it knows whether the
+	// links it read are still the latest.
+	Version uint64
 }
 
 // Link returns the link to to of the report.
@@ -172,6 +176,8 @@ type DB struct {
 	origins     map[wire.SiteID]*Origin
 	// downAt holds when each link last went down, for FlapWindow.
 	downAt map[[2]wire.SiteID]time.Time
+	// version is the latest Origin.Version given.
+	version uint64
 }
 
 // NewDB returns an empty database whose entries expire after expireAfter
@@ -267,6 +273,7 @@ func (db *DB) applyDelta(now time.Time, ls *wire.LinkState) Outcome {
 		o.Seq = ls.Seq
 	}
 	o.Received = now
+	o.Version = db.nextVersion()
 	return Accepted
 }
 
@@ -286,7 +293,14 @@ func (db *DB) replace(now time.Time, old, o *Origin) {
 		}
 	}
 	db.wentDown(now, old, o)
+	o.Version = db.nextVersion()
 	db.origins[o.ID] = o
+}
+
+// nextVersion returns a version no report of the DB had.
+func (db *DB) nextVersion() uint64 {
+	db.version++
+	return db.version
 }
 
 // wentDown records the links up in old and not in o (nil: none are) as

@@ -58,14 +58,7 @@ func (m *Matrix) PathRate(src wire.SiteID, p []wire.SiteID) (float64, bool) {
 }
 
 // HasRates reports whether any link of the matrix has a known rate.
-func (m *Matrix) HasRates() bool {
-	for k, e := range m.edges {
-		if m.has[k] && e.Rate > 0 {
-			return true
-		}
-	}
-	return false
-}
+func (m *Matrix) HasRates() bool { return m.rated > 0 }
 
 // bulkBound is how much longer than the latency path (metrics pm) a bulk
 // path may be.

@@ -59,11 +59,17 @@ type Matrix struct {
 	edges []Edge // n × n
 	has   []bool
 	// costs caches every link's cost under costW (noCost where there is
-	// no usable link), for the shortest-path computations; Set clears
-	// costOK.
+	// no usable link), for the shortest-path computations. It is valid
+	// where costOK is set, except for the rows marked in stale, which
+	// changed since (Set, ClearRow).
 	costs  []time.Duration
 	costW  Weights
 	costOK bool
+	stale  []bool
+	// suspects and rated count the links of the matrix that are Suspect
+	// and that have a Rate, so that HasSuspects and HasRates need not look
+	// at N² links at every route computation.
+	suspects, rated int
 }
 
 // noCost marks a missing or unusable link in Matrix.costs.
@@ -97,8 +103,74 @@ func Reuse(spare *Matrix, ids []wire.SiteID) *Matrix {
 	}
 	m.edges, m.has = m.edges[:n2], m.has[:n2]
 	clear(m.has)
+	m.suspects, m.rated = 0, 0
 	m.costOK = false
+	m.stale = slices.Grow(m.stale[:0], len(m.ids))[:len(m.ids)]
+	clear(m.stale)
 	return m
+}
+
+// Covers reports whether the matrix is over exactly the given sites
+// (in any order, each once).
+func (m *Matrix) Covers(ids []wire.SiteID) bool {
+	if len(ids) != len(m.ids) {
+		return false
+	}
+	for _, id := range ids {
+		if _, ok := m.index[id]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// ClearRow removes every link from from, so that the row can be set
+// anew while the rest of the matrix stays as it is.
+func (m *Matrix) ClearRow(from wire.SiteID) {
+	i, ok := m.index[from]
+	if !ok {
+		return
+	}
+	n := len(m.ids)
+	for k := i * n; k < (i+1)*n; k++ {
+		m.forget(k)
+	}
+	m.stale[i] = true
+}
+
+// forget removes link k, if the matrix holds it.
+func (m *Matrix) forget(k int) {
+	m.count(k, -1)
+	m.has[k] = false
+}
+
+// count adds d to the counts of suspect and rated links for link k, if
+// the matrix holds it.
+func (m *Matrix) count(k, d int) {
+	if !m.has[k] {
+		return
+	}
+	if m.edges[k].Suspect {
+		m.suspects += d
+	}
+	if m.edges[k].Rate > 0 {
+		m.rated += d
+	}
+}
+
+// ClearRates forgets the available throughput of every link towards to
+// (PutRate): its receiver's report says it.
+func (m *Matrix) ClearRates(to wire.SiteID) {
+	j, ok := m.index[to]
+	if !ok {
+		return
+	}
+	n := len(m.ids)
+	for k := j; k < len(m.edges); k += n {
+		m.count(k, -1)
+		m.edges[k].Rate, m.edges[k].RateKind = 0, 0
+		m.count(k, 1)
+	}
 }
 
 // Set adds the usable link from → to. Unknown sites and self-links are
@@ -113,9 +185,11 @@ func (m *Matrix) Set(from, to wire.SiteID, e Edge) {
 }
 
 func (m *Matrix) set(i, j int, e Edge) {
-	m.edges[i*len(m.ids)+j] = e
-	m.has[i*len(m.ids)+j] = true
-	m.costOK = false
+	k := i*len(m.ids) + j
+	m.forget(k)
+	m.edges[k], m.has[k] = e, true
+	m.count(k, 1)
+	m.stale[i] = true
 }
 
 // Row sets the links of one origin. Set them in ascending order of
@@ -136,6 +210,27 @@ func (m *Matrix) Row(from wire.SiteID) (r Row, ok bool) {
 // Set adds the usable link from the row's origin to to. Unknown sites and
 // the self-link are ignored.
 func (r *Row) Set(to wire.SiteID, e Edge) {
+	if r.seek(to) {
+		r.m.set(r.i, r.j, e)
+		r.j++
+	}
+}
+
+// SetKeepRate is Set with the available throughput the matrix holds for
+// the link (PutRate) in place of e's: the link's receiver reports it, not
+// the row's origin.
+func (r *Row) SetKeepRate(to wire.SiteID, e Edge) {
+	if r.seek(to) {
+		c := &r.m.edges[r.i*len(r.m.ids)+r.j]
+		e.Rate, e.RateKind = c.Rate, c.RateKind
+		r.m.set(r.i, r.j, e)
+		r.j++
+	}
+}
+
+// seek moves the row's cursor to the column of to, and reports whether
+// it is a link the row may hold.
+func (r *Row) seek(to wire.SiteID) bool {
 	ids := r.m.ids
 	if r.j > 0 && ids[r.j-1] >= to {
 		r.j = 0 // out of order: start over
@@ -143,23 +238,22 @@ func (r *Row) Set(to wire.SiteID, e Edge) {
 	for r.j < len(ids) && ids[r.j] < to {
 		r.j++
 	}
-	if r.j == len(ids) || ids[r.j] != to || r.j == r.i {
-		return
-	}
-	r.m.set(r.i, r.j, e)
-	r.j++
+	return r.j < len(ids) && ids[r.j] == to && r.j != r.i
 }
 
-// SetRate sets the available throughput of the link from → to, if the
-// matrix holds that link; it is a no-op otherwise.
-func (m *Matrix) SetRate(from, to wire.SiteID, rate float64, kind uint8) {
+// PutRate sets the available throughput of the link from → to whether or
+// not the matrix holds the link now: Row.SetKeepRate takes it when the
+// link is set. ClearRates clears it.
+func (m *Matrix) PutRate(from, to wire.SiteID, rate float64, kind uint8) {
 	i, ok1 := m.index[from]
 	j, ok2 := m.index[to]
-	if !ok1 || !ok2 || !m.has[i*len(m.ids)+j] {
+	if !ok1 || !ok2 {
 		return
 	}
-	e := &m.edges[i*len(m.ids)+j]
-	e.Rate, e.RateKind = rate, kind
+	k := i*len(m.ids) + j
+	m.count(k, -1)
+	m.edges[k].Rate, m.edges[k].RateKind = rate, kind
+	m.count(k, 1)
 }
 
 // Edge returns the link from → to if it is usable.
@@ -176,16 +270,19 @@ func (m *Matrix) Edge(from, to wire.SiteID) (Edge, bool) {
 // and the set of sites that a suspect link leaves src towards (sites that
 // may be dead, so not to be relayed through).
 func (m *Matrix) WithoutSuspects(src wire.SiteID) (*Matrix, map[wire.SiteID]bool) {
-	c := &Matrix{ids: m.ids, index: m.index, edges: m.edges, has: slices.Clone(m.has)}
+	c := &Matrix{ids: m.ids, index: m.index, edges: m.edges, has: slices.Clone(m.has), stale: make([]bool, len(m.ids))}
 	doubt := map[wire.SiteID]bool{}
 	n := len(m.ids)
 	for i := range m.ids {
 		for j := range m.ids {
-			if k := i*n + j; m.has[k] && m.edges[k].Suspect {
+			k := i*n + j
+			if m.has[k] && m.edges[k].Suspect {
 				c.has[k] = false
 				if m.ids[i] == src {
 					doubt[m.ids[j]] = true
 				}
+			} else if m.has[k] && m.edges[k].Rate > 0 {
+				c.rated++
 			}
 		}
 	}
@@ -193,14 +290,7 @@ func (m *Matrix) WithoutSuspects(src wire.SiteID) (*Matrix, map[wire.SiteID]bool
 }
 
 // HasSuspects reports whether any link of the matrix is suspect.
-func (m *Matrix) HasSuspects() bool {
-	for k, e := range m.edges {
-		if m.has[k] && e.Suspect {
-			return true
-		}
-	}
-	return false
-}
+func (m *Matrix) HasSuspects() bool { return m.suspects > 0 }
 
 // Sites returns the sites of the matrix, sorted. The slice is shared.
 func (m *Matrix) Sites() []wire.SiteID { return m.ids }
@@ -342,23 +432,38 @@ func (m *Matrix) ShortestPathsTo(w Weights, dst wire.SiteID, maxHops int, noRela
 }
 
 // costTable returns every link's cost under w, row-major, noCost where
-// there is no usable link; it is computed once per matrix and weights.
+// there is no usable link. It is computed once per matrix and weights,
+// and then again only for the rows that changed.
 func (m *Matrix) costTable(w Weights) []time.Duration {
-	if m.costOK && m.costW == w {
+	n := len(m.ids)
+	if !m.costOK || m.costW != w || len(m.stale) != n {
+		if cap(m.costs) < len(m.edges) {
+			m.costs = make([]time.Duration, len(m.edges))
+		}
+		m.costs = m.costs[:len(m.edges)]
+		m.costRows(w, 0, len(m.edges))
+		m.costW, m.costOK = w, true
+		m.stale = slices.Grow(m.stale[:0], n)[:n]
+		clear(m.stale)
 		return m.costs
 	}
-	if cap(m.costs) < len(m.edges) {
-		m.costs = make([]time.Duration, len(m.edges))
+	for i, st := range m.stale {
+		if st {
+			m.costRows(w, i*n, (i+1)*n)
+			m.stale[i] = false
+		}
 	}
-	m.costs = m.costs[:len(m.edges)]
-	for k := range m.edges {
+	return m.costs
+}
+
+// costRows computes the costs of the links from index lo to hi.
+func (m *Matrix) costRows(w Weights, lo, hi int) {
+	for k := lo; k < hi; k++ {
 		m.costs[k] = noCost
 		if m.has[k] && w.usable(m.edges[k]) {
 			m.costs[k] = w.cost(m.edges[k])
 		}
 	}
-	m.costW, m.costOK = w, true
-	return m.costs
 }
 
 // shortestPaths is ShortestPaths from src, on the transposed matrix (every
@@ -370,13 +475,7 @@ func (m *Matrix) shortestPaths(w Weights, src wire.SiteID, maxHops int, noRelay 
 	}
 	n := len(m.ids)
 	costs := m.costTable(w)
-	// Link u → v is costs[u*du+v*dv].
-	du, dv := n, 1
-	if reverse {
-		du, dv = 1, n
-	}
 	const none = -1
-	const inherit = -2
 	dist := make([][]time.Duration, maxHops+1)
 	pred := make([][]int, maxHops+1)
 	reach := make([][]bool, maxHops+1)
@@ -389,27 +488,18 @@ func (m *Matrix) shortestPaths(w Weights, src wire.SiteID, maxHops int, noRelay 
 		pred[0][v] = none
 	}
 	reach[0][s] = true
+	from := make([]bool, n) // the sites a path of k-1 links may go on from
 	for k := 1; k <= maxHops; k++ {
-		copy(dist[k], dist[k-1])
-		copy(reach[k], reach[k-1])
-		for v := range pred[k] {
-			pred[k][v] = inherit
+		for u := range from {
+			from[u] = reach[k-1][u] && (u == s || noRelay == nil || !noRelay(m.ids[u]))
 		}
-		for u := 0; u < n; u++ {
-			if !reach[k-1][u] || (u != s && noRelay != nil && noRelay(m.ids[u])) {
-				continue
-			}
-			du0 := dist[k-1][u]
-			for v := 0; v < n; v++ {
-				c := costs[u*du+v*dv]
-				if c == noCost || v == s || v == u {
-					continue
-				}
-				d := du0 + c
-				if !reach[k][v] || d < dist[k][v] {
-					dist[k][v], reach[k][v], pred[k][v] = d, true, u
-				}
-			}
+		l := hopLayer{n: n, s: s, costs: costs, from: from, prev: dist[k-1], dist: dist[k], reach: reach[k], pred: pred[k]}
+		copy(l.dist, dist[k-1])
+		copy(l.reach, reach[k-1])
+		if reverse {
+			l.pull()
+		} else {
+			l.push()
 		}
 	}
 	out := make(map[wire.SiteID][]wire.SiteID, n)
@@ -424,6 +514,67 @@ func (m *Matrix) shortestPaths(w Weights, src wire.SiteID, maxHops int, noRelay 
 	return out
 }
 
+// hopLayer computes layer k of shortestPaths, the best paths of at most
+// k links, from layer k-1 (prev, and from: the sites a path may go on
+// from). dist and reach start as copies of layer k-1, and a site keeps
+// its path of fewer links (pred inherit) unless a path one link longer
+// is strictly cheaper; among equally cheap ones the lowest last hop wins.
+type hopLayer struct {
+	n, s       int
+	costs      []time.Duration // row-major, noCost where there is no link
+	from       []bool
+	prev, dist []time.Duration
+	reach      []bool
+	pred       []int
+}
+
+// inherit marks a site of a layer whose path is that of the layer before.
+const inherit = -2
+
+// push relaxes every link u → v, a row of costs at a time.
+func (l *hopLayer) push() {
+	for v := range l.pred {
+		l.pred[v] = inherit
+	}
+	for u := 0; u < l.n; u++ {
+		if !l.from[u] {
+			continue
+		}
+		du := l.prev[u]
+		for v, c := range l.costs[u*l.n : (u+1)*l.n] {
+			if c == noCost || v == l.s || v == u {
+				continue
+			}
+			if d := du + c; !l.reach[v] || d < l.dist[v] {
+				l.dist[v], l.reach[v], l.pred[v] = d, true, u
+			}
+		}
+	}
+}
+
+// pull relaxes every link of the transposed matrix, u → v read from row
+// v of costs, so that the reverse computation walks the table in the
+// order it is laid out; it considers each site's candidates in the same
+// order as push, so ties fall the same way.
+func (l *hopLayer) pull() {
+	for v := 0; v < l.n; v++ {
+		l.pred[v] = inherit
+		if v == l.s {
+			continue
+		}
+		d0, r0, p0 := l.dist[v], l.reach[v], inherit
+		for u, c := range l.costs[v*l.n : (v+1)*l.n] {
+			if c == noCost || u == v || !l.from[u] {
+				continue
+			}
+			if d := l.prev[u] + c; !r0 || d < d0 {
+				d0, r0, p0 = d, true, u
+			}
+		}
+		l.dist[v], l.reach[v], l.pred[v] = d0, r0, p0
+	}
+}
+
 // walk rebuilds the path to v from the predecessor layers, removing any
 // cycle (which can only appear through estimation noise on near-zero
 // round trips).
@@ -431,7 +582,7 @@ func (m *Matrix) walk(pred [][]int, k, v, s int) []wire.SiteID {
 	var rev []int
 	for v != s && k > 0 {
 		switch p := pred[k][v]; p {
-		case -2:
+		case inherit:
 			k--
 		case -1:
 			return nil

@@ -516,6 +516,28 @@ func benchmarkUpdate(b *testing.B, n int) {
 	}
 }
 
+// BenchmarkUpdateKept300 is a route computation of a site among 300 on a
+// matrix kept between computations (as control keeps it), one link of
+// which changed: the shortest paths and the routes, without building the
+// matrix.
+func BenchmarkUpdateKept300(b *testing.B) {
+	const n = 300
+	tn := randomNet(rand.New(rand.NewPCG(1, 2)), n)
+	m := tn.matrix()
+	r := NewRouter(DefaultConfig(), 1)
+	now := t0
+	addrs := addrsOf(n)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		to := wire.SiteID(2 + i%(n-1))
+		e, _ := m.Edge(1, to)
+		e.Delay += time.Millisecond // the table is rebuilt
+		m.Set(1, to, e)
+		now = now.Add(10 * ms)
+		r.Update(now, m, addrs)
+	}
+}
+
 // TestSettlingIgnoresTies: while settling, a clearly better path is taken
 // at once, but one better only by less than the threshold is not.
 func TestSettlingIgnoresTies(t *testing.T) {
@@ -937,5 +959,49 @@ func TestReusedMatrixIsLikeANewOne(t *testing.T) {
 	got.Set(1, 2, Edge{Delay: -time.Hour}) // after a computation
 	if p := got.ShortestPaths(Weights{}, 1, 3, nil)[2]; !slices.Equal(p, []wire.SiteID{2}) {
 		t.Fatalf("1 -> 2 by %v after a link of -1 h was set; want direct", p)
+	}
+}
+
+// TestMatrixCountsSuspectsAndRates: HasSuspects and HasRates, kept as
+// counts, say what a look at every link says, through random links set,
+// overwritten, rated, and rows and columns cleared.
+func TestMatrixCountsSuspectsAndRates(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	ids := []wire.SiteID{1, 2, 3, 4, 5}
+	m := NewMatrix(ids)
+	scan := func(m *Matrix) (suspects, rated bool) {
+		for _, a := range ids {
+			for _, b := range ids {
+				if e, ok := m.Edge(a, b); ok {
+					suspects = suspects || e.Suspect
+					rated = rated || e.Rate > 0
+				}
+			}
+		}
+		return
+	}
+	for step := range 5000 {
+		a, b := ids[rng.IntN(len(ids))], ids[rng.IntN(len(ids))]
+		switch rng.IntN(5) {
+		case 0, 1:
+			m.Set(a, b, Edge{Delay: ms, Suspect: rng.IntN(8) == 0, Rate: float64(rng.IntN(2)) * 1e6})
+		case 2:
+			m.PutRate(a, b, float64(rng.IntN(2))*1e6, 2)
+		case 3:
+			m.ClearRow(a)
+		case 4:
+			if rng.IntN(50) == 0 {
+				m = Reuse(m, ids)
+			} else {
+				m.ClearRates(b)
+			}
+		}
+		s, r := scan(m)
+		if m.HasSuspects() != s || m.HasRates() != r {
+			t.Fatalf("step %d: HasSuspects %v HasRates %v, the links say %v %v", step, m.HasSuspects(), m.HasRates(), s, r)
+		}
+		if c, _ := m.WithoutSuspects(1); c.HasSuspects() || c.HasRates() != func() bool { _, r := scan(c); return r }() {
+			t.Fatalf("step %d: without suspects, HasSuspects %v HasRates %v", step, c.HasSuspects(), c.HasRates())
+		}
 	}
 }
