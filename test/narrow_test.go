@@ -5,6 +5,7 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,18 +36,15 @@ const (
 // asserts what only the wide path explains, more than twice the narrow
 // link's rate (a busy machine gave 84 Mbit/s), and the route behind it:
 // West's bulk path to East through Relay at the end of the transfer. The
-// stream's median is only bounded at twice idle there: on a busy CI
-// machine it rose 37-53 % with the stream on the empty direct path, from
-// the CPU the transfer takes; the transfer's first half second fills the
-// narrow queue before its class changes, so the latency path leaves for
-// the relay (where the transfer then runs too) for 2.8 s (12 s, +72 %,
-// before routing.Router.BulkMoved); vxlan's stream, behind the transfer
-// in the narrow queue, rose 18-122 % (docs/bulk.md). No tighter bound
-// tells these apart on a loaded machine.
+// stream's median is only logged there: on a busy CI machine it rose 37 %
+// to 110 % with the stream on the empty direct path, from the CPU the
+// transfer takes, as much as vxlan's stream behind the transfer in the
+// narrow queue (18-122 %), so no bound on one short run tells the two
+// apart (docs/bulk.md).
 func TestNarrowBulkTakesTheWidePath(t *testing.T) {
-	minFactor, maxChange := 2.0, 1.0
+	minFactor := 2.0
 	if timingBounds() {
-		minFactor, maxChange = 5, 0.10
+		minFactor = 5
 	}
 	if os.Getenv("DETOUR_BIN") == "" {
 		t.Skip("DETOUR_BIN not set (make test sets it)")
@@ -85,8 +83,11 @@ func TestNarrowBulkTakesTheWidePath(t *testing.T) {
 	if s.ThroughputMbps < minFactor*narrow.NarrowMbps {
 		t.Errorf("bulk transfer got %.1f Mbit/s, less than %g × the narrow link's %d", s.ThroughputMbps, minFactor, narrow.NarrowMbps)
 	}
-	if s.Change > maxChange {
-		t.Errorf("request/response median %.2f ms during the transfer, %.0f %% above idle %.2f ms (want within %.0f %%)", s.LoadP50, 100*s.Change, s.IdleP50, 100*maxChange)
+	stream := fmt.Sprintf("request/response median %.2f ms during the transfer, %.0f %% above idle %.2f ms", s.LoadP50, 100*s.Change, s.IdleP50)
+	if timingBounds() && s.Change > 0.10 {
+		t.Errorf("%s (want within 10 %%)", stream)
+	} else {
+		t.Log(stream)
 	}
 	checkNarrowRoutes(t, res.Overlays[0].Timeline)
 	t.Logf("flow frames received out of order at East: %d; probe bytes during the transfer: %d", s.Reordered, s.ProbeBytes)
