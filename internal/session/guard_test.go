@@ -189,18 +189,22 @@ func TestCookieReplyBoundToInitiation(t *testing.T) {
 			t.Fatalf("tampered reply %d: %v", i, err)
 		}
 	}
-	// A reply to the first initiation does not open once a retry (with
-	// another mac1 and index) replaced it.
-	out := a.Tick(t0.Add(RetryInitial))
-	if len(out) != 1 {
-		t.Fatal("no retry")
+	// A reply to the first initiation does not open once the initiation
+	// of a new attempt (with another mac1 and index) replaced it.
+	later := t0.Add(RekeyAttemptTime)
+	if out := a.Tick(later); len(out) != 0 || a.Stats().GaveUp != 1 {
+		t.Fatalf("the attempt was not abandoned: %d initiations, %+v", len(out), a.Stats())
 	}
-	if err := a.HandleCookieReply(t0, reply); !errors.Is(err, ErrBadCookieReply) {
+	next, err := a.Connect(later, 2)
+	if err != nil || next == nil {
+		t.Fatalf("no new attempt: %v", err)
+	}
+	if err := a.HandleCookieReply(later, reply); !errors.Is(err, ErrBadCookieReply) {
 		t.Fatalf("reply to a replaced initiation: %v", err)
 	}
-	_, reply2 := g.Screen(t0, addrA, out[0].Packet, 1)
-	if err := a.HandleCookieReply(t0, reply2); err != nil {
-		t.Fatalf("reply to the retry: %v", err)
+	_, reply2 := g.Screen(later, addrA, next, 1)
+	if err := a.HandleCookieReply(later, reply2); err != nil {
+		t.Fatalf("reply to the new initiation: %v", err)
 	}
 	if s := a.Stats(); s.BadCookieReplies != 4 || s.CookiesReceived != 1 {
 		t.Fatalf("stats %+v", s)

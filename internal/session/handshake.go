@@ -51,9 +51,20 @@ func (n *Node) Connect(now time.Time, site wire.SiteID) ([]byte, error) {
 	return n.initiate(now, p, true)
 }
 
-// initiate starts (first) or restarts a handshake with p and returns its
-// initiation. Caller holds p.mu.
+// initiate starts a handshake with p (first) or sends its initiation
+// again, and returns the initiation. Caller holds p.mu.
+//
+// A retry sends the same initiation (the same ephemeral key, index and
+// timestamp) with fresh MACs, as long as the attempt lasts. A responder
+// that answered it answers the copy with the same response (handleInit),
+// so whichever response arrives first completes the handshake: on a
+// loaded machine or a long path, where answers come later than the
+// first retries, a new initiation at every retry would make every
+// answer in flight stale and cost both ends a Diffie-Hellman each time.
 func (n *Node) initiate(now time.Time, p *peer, first bool) ([]byte, error) {
+	if !first && p.hs != nil {
+		return n.resend(now, p), nil
+	}
 	idx, err := n.newIndex()
 	if err != nil {
 		return nil, err
@@ -85,10 +96,22 @@ func (n *Node) initiate(now time.Time, p *peer, first bool) ([]byte, error) {
 	} else {
 		p.retryDelay = min(2*p.retryDelay, RetryMax)
 	}
-	p.hs, p.hsIndex, p.hsPacket, p.hsSent = hs, idx, msg, now
+	p.hs, p.hsIndex, p.hsPacket, p.hsSent = hs, idx, slices.Clone(msg), now
 	p.nextRetry = now.Add(p.retryDelay)
 	n.stats.initiations.Add(1)
 	return msg, nil
+}
+
+// resend returns the pending initiation again, with fresh MACs, and backs
+// off the next retry. Caller holds p.mu.
+func (n *Node) resend(now time.Time, p *peer) []byte {
+	msg := slices.Clone(p.hsPacket)
+	p.ck.addMACs(now, msg)
+	p.retryDelay = min(2*p.retryDelay, RetryMax)
+	p.hsSent, p.nextRetry = now, now.Add(p.retryDelay)
+	n.stats.initiations.Add(1)
+	n.stats.resent.Add(1)
+	return msg
 }
 
 // HandleHandshake processes a handshake initiation or response received
@@ -127,13 +150,23 @@ func (n *Node) handleInit(now time.Time, p *peer, pkt []byte, m *wire.Handshake)
 	// was most likely lost, or its answer was, and the peer's initiation,
 	// which did arrive, is answered instead of left to wait for our next
 	// retry, seconds later once the retries have backed off.
-	if p.hs != nil && n.self > p.site && now.Sub(p.hsSent) < RetryInitial {
-		n.stats.collisions.Add(1)
-		return Result{}, ErrCollision
-	}
 	if !p.lastInitAt.IsZero() && now.Sub(p.lastInitAt) < MinInitiationInterval {
 		n.stats.handshakeRejected.Add(1)
 		return Result{}, ErrRateLimited
+	}
+	if r, ok := p.answered.again(p, pkt); ok {
+		// A copy of the initiation answered last, sent again because our
+		// answer has not arrived yet: the same answer, without any
+		// Diffie-Hellman.
+		p.lastInitAt = now
+		p.ck.addMACs(now, r)
+		n.stats.responses.Add(1)
+		n.stats.resent.Add(1)
+		return Result{Peer: p.site, Reply: r}, nil
+	}
+	if p.hs != nil && n.self > p.site && now.Sub(p.hsSent) < RetryInitial {
+		n.stats.collisions.Add(1)
+		return Result{}, ErrCollision
 	}
 	hs, err := noise.NewHandshakeState(noise.Config{
 		CipherSuite:   cipherSuite,
@@ -160,12 +193,12 @@ func (n *Node) handleInit(now time.Time, p *peer, pkt []byte, m *wire.Handshake)
 		n.stats.initiationReplays.Add(1)
 		return Result{}, ErrReplayedInitiation
 	}
-	return n.respond(now, p, hs, m.Index, ts)
+	return n.respond(now, p, pkt, hs, m.Index, ts)
 }
 
 // respond writes the response to an authenticated initiation and installs
 // the new keypair as next. Caller holds p.mu.
-func (n *Node) respond(now time.Time, p *peer, hs *noise.HandshakeState, theirIndex uint32, ts [wire.TimestampLen]byte) (Result, error) {
+func (n *Node) respond(now time.Time, p *peer, init []byte, hs *noise.HandshakeState, theirIndex uint32, ts [wire.TimestampLen]byte) (Result, error) {
 	idx, err := n.newIndex()
 	if err != nil {
 		return Result{}, err
@@ -186,7 +219,9 @@ func (n *Node) respond(now time.Time, p *peer, hs *noise.HandshakeState, theirIn
 	}
 	p.lastTS, p.lastInitAt = ts, now
 	p.clearPending()
-	p.installResponder(newKeypair(cs2.UnsafeKey(), cs1.UnsafeKey(), idx, theirIndex, now, age, false))
+	k := newKeypair(cs2.UnsafeKey(), cs1.UnsafeKey(), idx, theirIndex, now, age, false)
+	p.installResponder(k)
+	p.answered.remember(init, out, k)
 	p.lastActive = now
 	n.stats.responses.Add(1)
 	return Result{Peer: p.site, Reply: out}, nil

@@ -230,6 +230,54 @@ func TestLostInitiationYieldsToThePeers(t *testing.T) {
 	}
 }
 
+// An answer that arrives after the initiator's retries still completes
+// the handshake: a retry sends the same initiation, and the responder
+// answers a copy of the initiation it answered with the same response,
+// with no new keypair at either end (a loaded responder that works
+// through its queue seconds late).
+func TestLateAnswerCompletesAfterRetries(t *testing.T) {
+	n := mesh(t, 2)
+	a, b := n[0], n[1]
+	first, _ := a.Connect(t0, 2)
+	var copies [][]byte
+	for d := 100 * time.Millisecond; d <= 2*time.Second; d += 100 * time.Millisecond {
+		for _, o := range a.Tick(t0.Add(d)) {
+			copies = append(copies, o.Packet)
+		}
+	}
+	if len(copies) != 2 {
+		t.Fatalf("%d retries in 2 s, want 2", len(copies))
+	}
+	// b works through its queue 2 s late: the first initiation, then the
+	// two copies.
+	late := t0.Add(2 * time.Second)
+	res, err := b.HandleHandshake(late, first)
+	if err != nil || res.Reply == nil {
+		t.Fatalf("first initiation: %v", err)
+	}
+	for i, c := range copies {
+		again, err := b.HandleHandshake(late.Add(time.Duration(i+1)*MinInitiationInterval), c)
+		if err != nil || !bytes.Equal(again.Reply[:wire.HandshakeResponseLen-wire.HandshakeMACsLen], res.Reply[:wire.HandshakeResponseLen-wire.HandshakeMACsLen]) {
+			t.Fatalf("copy %d of the initiation: %v, or another response", i+1, err)
+		}
+	}
+	// The answer to the first initiation arrives after both retries.
+	done, err := a.HandleHandshake(late.Add(100*time.Millisecond), res.Reply)
+	if err != nil || !done.Established {
+		t.Fatalf("the answer to the first initiation after two retries: %v", err)
+	}
+	if _, _, err := b.OpenControl(done.Reply); err != nil {
+		t.Fatalf("keepalive: %v", err)
+	}
+	if !a.Ready(2) || !b.Ready(1) {
+		t.Fatal("not both ready")
+	}
+	sa, sb := a.Stats(), b.Stats()
+	if sa.Initiations != 3 || sa.Resent != 2 || sb.Responses != 3 || sb.Resent != 2 || sa.Established != 1 {
+		t.Fatalf("initiator %+v, responder %+v", sa, sb)
+	}
+}
+
 func TestRetryBackoffAndGiveUp(t *testing.T) {
 	n := mesh(t, 2)
 	a := n[0]

@@ -1,6 +1,8 @@
 package session
 
 import (
+	"bytes"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +39,8 @@ type peer struct {
 	// Replay protection and rate limit of received initiations.
 	lastTS     [wire.TimestampLen]byte
 	lastInitAt time.Time
+	// The initiation this site answered last, while its keypair is next.
+	answered answer
 	// Idle detection.
 	lastActivity uint64
 	lastActive   time.Time
@@ -125,4 +129,29 @@ func (p *peer) activity() uint64 {
 		}
 	}
 	return a
+}
+
+// answer is the last initiation a peer answered and the response it sent,
+// kept while the response's keypair waits for its confirmation, so that a
+// copy of the initiation (a retry: the answer has not arrived yet) is
+// answered with the same response.
+type answer struct {
+	init []byte // the initiation without its MACs
+	resp []byte
+	k    *keypair
+}
+
+// remember keeps the initiation init, answered with resp, which made k.
+func (a *answer) remember(init, resp []byte, k *keypair) {
+	a.init = slices.Clone(init[:len(init)-wire.HandshakeMACsLen])
+	a.resp, a.k = slices.Clone(resp), k
+}
+
+// again returns a copy of the response to pkt if pkt is the initiation
+// answered last and that answer's keypair is still p's next.
+func (a *answer) again(p *peer, pkt []byte) ([]byte, bool) {
+	if a.k == nil || p.next.Load() != a.k || len(pkt) != len(a.init)+wire.HandshakeMACsLen || !bytes.Equal(pkt[:len(a.init)], a.init) {
+		return nil, false
+	}
+	return slices.Clone(a.resp), true
 }

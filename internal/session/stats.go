@@ -6,6 +6,7 @@ import "sync/atomic"
 type Stats struct {
 	Initiations        uint64 // initiations sent (including retries)
 	Responses          uint64 // initiations answered
+	Resent             uint64 // initiations and responses sent again unchanged (no Diffie-Hellman)
 	Established        uint64 // handshakes completed as initiator
 	Collisions         uint64 // initiations dropped because ours won
 	HandshakeMalformed uint64 // unparseable handshake messages
@@ -28,7 +29,7 @@ type Stats struct {
 }
 
 type counters struct {
-	initiations, responses, established, collisions                atomic.Uint64
+	initiations, responses, established, collisions, resent        atomic.Uint64
 	handshakeMalformed, handshakeRejected, initiationReplays       atomic.Uint64
 	unknownPeer, noSession, authFailures, hopAuthFailures, replays atomic.Uint64
 	malformed, expired, gaveUp                                     atomic.Uint64
@@ -40,7 +41,7 @@ type counters struct {
 func (n *Node) Stats() Stats {
 	c := &n.stats
 	return Stats{
-		Initiations: c.initiations.Load(), Responses: c.responses.Load(),
+		Initiations: c.initiations.Load(), Responses: c.responses.Load(), Resent: c.resent.Load(),
 		Established: c.established.Load(), Collisions: c.collisions.Load(),
 		HandshakeMalformed: c.handshakeMalformed.Load(), HandshakeRejected: c.handshakeRejected.Load(),
 		InitiationReplays: c.initiationReplays.Load(), UnknownPeer: c.unknownPeer.Load(),

@@ -229,6 +229,7 @@ func (s *secure) counters() map[string]uint64 {
 	out := map[string]uint64{
 		"session_initiations":         st.Initiations,
 		"session_responses":           st.Responses,
+		"session_resent":              st.Resent,
 		"session_established":         st.Established,
 		"session_collisions":          st.Collisions,
 		"session_handshake_malformed": st.HandshakeMalformed,

@@ -107,9 +107,9 @@ func diagnosis(st *State, o Options, a, b string) string {
 			}
 		}
 		c := s.Counters
-		fmt.Fprintf(&out, "\nagent %s after %.1f s: %d of %d other members alive; packets in %d, out %d; handshakes completed as initiator %d, initiations %d, responses %d, collisions %d; late wakes %d (%d ms)",
+		fmt.Fprintf(&out, "\nagent %s after %.1f s: %d of %d other members alive; packets in %d, out %d; handshakes completed as initiator %d, initiations and responses %d and %d (%d of them sent again), collisions %d, responses unexpected or rejected %d; late wakes %d (%d ms)",
 			site.Name, s.UptimeSeconds, alive, len(s.Members)-1, c["packets_received"], c["packets_sent"],
-			c["session_established"], c["session_initiations"], c["session_responses"], c["session_collisions"],
+			c["session_established"], c["session_initiations"], c["session_responses"], c["session_resent"], c["session_collisions"], c["session_handshake_rejected"],
 			c["late_wakes"], c["late_wake_ms"])
 	}
 	return out.String()
