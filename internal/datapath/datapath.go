@@ -56,6 +56,10 @@ type Port struct {
 	// Flood limits and watches the frames the port floods (flood.go);
 	// nil floods without limit.
 	Flood *FloodGuard
+
+	// stashed counts the neighbour queries the device loop keeps for
+	// sites not reachable yet (stash.go).
+	stashed atomic.Int32
 }
 
 // Config configures an Engine.
@@ -144,8 +148,21 @@ func New(cfg Config) *Engine {
 	return e
 }
 
-// SetRoutes publishes a new routing snapshot.
-func (e *Engine) SetRoutes(r Routes) { e.routes.Store(&routesBox{r: r}) }
+// SetRoutes publishes a new routing snapshot, and wakes the device loops
+// that keep neighbour queries for sites that may have become reachable.
+func (e *Engine) SetRoutes(r Routes) {
+	e.routes.Store(&routesBox{r: r})
+	for _, p := range *e.ports.Load() {
+		if p.stashed.Load() == 0 {
+			continue
+		}
+		if w, ok := p.Dev.(device.Waker); ok {
+			if err := w.Wake(); err != nil {
+				e.stats.DropDevice.Add(1)
+			}
+		}
+	}
+}
 
 // SetInnerMTU sets the largest IP packet of a host that the underlay
 // carries without fragmenting it: TCP SYNs crossing this site get their

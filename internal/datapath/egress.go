@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"errors"
 	"math/rand/v2"
 	"net/netip"
 	"time"
@@ -38,6 +39,9 @@ type egress struct {
 
 	kvw *router.Worker // the key router's state, made at the first frame for a pool
 
+	stash neighbourStash // recent neighbour queries, for sites reachable later (stash.go)
+	sent  []wire.SiteID  // the sites a flooded frame reached
+
 	// The flow classes (flows.go): the table is made at the first flow.
 	flows *flowTable[ethframe.Flow, egressFlow]
 	swept int64 // when the table was last swept of ended flows
@@ -52,6 +56,7 @@ const batchFrames = 128
 func (e *Engine) newEgress(p *Port) *egress {
 	size := frameSize(p.Dev.MTU())
 	g := &egress{e: e, port: p, seq: map[wire.SiteID]uint32{}, dests: map[wire.SiteID]*dest{}, sizes: make([]int, batchFrames)}
+	g.stash.live = &p.stashed
 	for i := 0; i < batchFrames; i++ {
 		b := make([]byte, wire.Headroom+size+wire.Tailroom)
 		g.bufs = append(g.bufs, b)
@@ -70,6 +75,13 @@ func (e *Engine) deviceLoop(p *Port) error {
 	g := e.newEgress(p)
 	for {
 		n, err := p.Dev.ReadBatch(g.frames, g.sizes)
+		if errors.Is(err, device.ErrWoken) {
+			// The routes changed while neighbour queries were stashed.
+			g.begin()
+			g.replay()
+			g.flushBatch()
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -292,6 +304,9 @@ func (g *egress) unicast(dst wire.SiteID, i, n int) {
 	rt, ok := g.header(r, dst)
 	if !ok {
 		g.e.stats.DropNoRoute.Add(1)
+		if ethframe.NeighbourKind(g.frames[i][:n]) == ethframe.NeighbourAnswer {
+			g.stash.keep(g.frames[i][:n], g.now, nil, dst)
+		}
 		return
 	}
 	f := g.classify(dst, rt, g.frames[i][:n])
@@ -364,24 +379,39 @@ func (g *egress) broadcast(frame []byte) {
 		return
 	}
 	r := g.e.routes.Load().r
-	queued := false
+	query := ethframe.NeighbourKind(frame) == ethframe.NeighbourQuery
+	sent := g.sent[:0]
 	for _, site := range r.Sites() {
-		rt, ok := g.header(r, site)
-		if !ok {
-			g.e.stats.DropNoRoute.Add(1)
-			continue
-		}
-		g.duplicate(rt, frame)
-		b := g.floodBuf()
-		copy(b[g.frameOffset():], frame)
-		if m, ok := g.seal(b, len(frame), rt.FirstHop); ok {
-			g.emit(g.destOf(site), rt, m, nil, true, rt.Delay)
-			queued = true
+		if g.floodTo(r, site, frame) {
+			sent = append(sent, site)
 		}
 	}
-	if queued {
+	if len(sent) > 0 {
 		g.e.stats.Flooded.Add(1)
 	}
+	if query {
+		g.stash.keep(frame, g.now, sent, 0)
+	}
+	g.sent = sent
+}
+
+// floodTo queues a copy of a flooded frame for site, along its path (and
+// its backup while the path is in doubt); false if site has no route or
+// session.
+func (g *egress) floodTo(r Routes, site wire.SiteID, frame []byte) bool {
+	rt, ok := g.header(r, site)
+	if !ok {
+		g.e.stats.DropNoRoute.Add(1)
+		return false
+	}
+	g.duplicate(rt, frame)
+	b := g.floodBuf()
+	copy(b[g.frameOffset():], frame)
+	m, ok := g.seal(b, len(frame), rt.FirstHop)
+	if ok {
+		g.emit(g.destOf(site), rt, m, nil, true, rt.Delay)
+	}
+	return ok
 }
 
 // send writes a batch on the underlay and counts it.

@@ -13,6 +13,7 @@ type Stats struct {
 	BytesReceived   atomic.Uint64
 	Relayed         atomic.Uint64 // data packets forwarded for other sites
 	Flooded         atomic.Uint64 // frames sent to every site
+	FloodReplayed   atomic.Uint64 // copies of stashed neighbour queries sent to sites reachable later
 	FloodLimited    atomic.Uint64 // frames not flooded: over their network's flood_rate
 	FloodLoopDrop   atomic.Uint64 // frames not flooded: looping (the same frame back again and again)
 	Duplicated      atomic.Uint64 // copies sent on a backup path while the primary was in doubt
@@ -88,6 +89,7 @@ func (s *Stats) Snapshot() map[string]uint64 {
 		"bytes_received":       s.BytesReceived.Load(),
 		"relayed":              s.Relayed.Load(),
 		"flooded":              s.Flooded.Load(),
+		"flood_replayed":       s.FloodReplayed.Load(),
 		"flood_limited":        s.FloodLimited.Load(),
 		"flood_loop_dropped":   s.FloodLoopDrop.Load(),
 		"duplicated":           s.Duplicated.Load(),

@@ -30,3 +30,14 @@ type Device interface {
 
 // ErrClosed is returned by Read and Write after Close.
 var ErrClosed = errors.New("device: closed")
+
+// Waker is a Device whose reader can be woken: after Wake, a ReadBatch
+// that blocks, or the next one, returns ErrWoken at once (frames already
+// waiting may be read first). Wakes that come together may be merged into
+// one ErrWoken.
+type Waker interface {
+	Wake() error
+}
+
+// ErrWoken is returned by ReadBatch after Wake.
+var ErrWoken = errors.New("device: woken")

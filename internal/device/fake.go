@@ -12,6 +12,7 @@ type Fake struct {
 	mtu  int
 	in   chan []byte
 	out  chan []byte
+	wake chan struct{}
 
 	mu     sync.Mutex
 	closed bool
@@ -21,7 +22,7 @@ type Fake struct {
 // NewFake returns a fake device with room for queue frames in each
 // direction.
 func NewFake(name string, mtu, queue int) *Fake {
-	return &Fake{name: name, mtu: mtu, in: make(chan []byte, queue), out: make(chan []byte, queue), done: make(chan struct{})}
+	return &Fake{name: name, mtu: mtu, in: make(chan []byte, queue), out: make(chan []byte, queue), wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // Inject queues a frame as if a local host had sent it.
@@ -45,11 +46,25 @@ func (f *Fake) Read(b []byte) (int, error) {
 	}
 }
 
-// ReadBatch implements Device.
+// Wake implements Waker.
+func (f *Fake) Wake() error {
+	select {
+	case f.wake <- struct{}{}:
+	default: // a wake is pending already
+	}
+	return nil
+}
+
+// ReadBatch implements Device (and Waker's ErrWoken).
 func (f *Fake) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
-	n, err := f.Read(bufs[0])
-	if err != nil {
-		return 0, err
+	var n int
+	select {
+	case fr := <-f.in:
+		n = copy(bufs[0], fr)
+	case <-f.wake:
+		return 0, ErrWoken
+	case <-f.done:
+		return 0, ErrClosed
 	}
 	sizes[0] = n
 	i := 1

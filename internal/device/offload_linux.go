@@ -91,6 +91,9 @@ func (o *OffloadTAP) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	return out, nil
 }
 
+// Wake implements Waker.
+func (o *OffloadTAP) Wake() error { return o.tap.Wake() }
+
 // Read implements Device with a batch of one frame.
 func (o *OffloadTAP) Read(b []byte) (int, error) {
 	var size [1]int

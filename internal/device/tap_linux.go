@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/vishvananda/netlink"
@@ -188,8 +189,14 @@ func (t *TAP) ReadPacked(arena []byte, room int, frames [][]byte) (int, error) {
 func (t *TAP) readBatch() (int, error) {
 	t.rb.n, t.rb.err = 0, nil
 	if err := t.raw.Read(t.readFn); err != nil {
-		if errors.Is(err, os.ErrClosed) {
+		switch {
+		case errors.Is(err, os.ErrClosed):
 			return 0, ErrClosed
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if err := t.f.SetReadDeadline(time.Time{}); err != nil {
+				return 0, err
+			}
+			return 0, ErrWoken
 		}
 		return 0, err
 	}
@@ -270,5 +277,9 @@ func (t *TAP) Name() string { return t.name }
 func (t *TAP) MTU() int { return t.mtu }
 
 // Close implements Device. The kernel removes the TAP device when its last
+// Wake implements Waker: a read deadline in the past makes the poller
+// return from a blocked read, and the read that sees it clears it.
+func (t *TAP) Wake() error { return t.f.SetReadDeadline(time.Unix(1, 0)) }
+
 // file descriptor closes.
 func (t *TAP) Close() error { return t.f.Close() }

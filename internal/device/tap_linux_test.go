@@ -2,8 +2,10 @@ package device
 
 import (
 	"encoding/binary"
+	"errors"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -55,6 +57,53 @@ func TestTAPVnetHdrOffloads(t *testing.T) {
 		binary.BigEndian.PutUint16(frame[10+12:], 0x0806)
 		if n, err := tap.Write(frame); err != nil || n != len(frame) {
 			t.Errorf("write with header: %d, %v", n, err)
+		}
+	})
+}
+
+// TestTAPWake: Wake makes a blocked ReadBatch return ErrWoken, once, and
+// the reads after it block again until the device has a frame (the
+// kernel sends a few of its own on a new interface) or is closed.
+func TestTAPWake(t *testing.T) {
+	inNewNetns(t, func() {
+		tap, err := OpenTAPWith("dtwake0", 1400, "", TAPOptions{})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		errs := make(chan error, 64)
+		go func() {
+			bufs, sizes := [][]byte{make([]byte, 1500)}, []int{0}
+			for {
+				_, err := tap.ReadBatch(bufs, sizes)
+				if err != nil {
+					errs <- err
+				}
+				if err != nil && !errors.Is(err, ErrWoken) {
+					return // closed
+				}
+			}
+		}()
+		time.Sleep(50 * time.Millisecond)
+		if err := tap.Wake(); err != nil {
+			t.Error(err)
+		}
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrWoken) {
+				t.Errorf("read after Wake: %v, want ErrWoken", err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Error("Wake did not end a blocked read")
+		}
+		select {
+		case err := <-errs:
+			t.Errorf("a read after the wake-up: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		tap.Close()
+		if err := <-errs; err == nil || errors.Is(err, ErrWoken) {
+			t.Errorf("read after Close: %v, want the device closed", err)
 		}
 	})
 }

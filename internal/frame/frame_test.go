@@ -660,3 +660,29 @@ func TestFlowLabelAndWindow(t *testing.T) {
 		t.Errorf("window %d", tcp.Window())
 	}
 }
+
+func TestNeighbourKind(t *testing.T) {
+	reply := arpRequest(false, ip4C)
+	reply[21] = ARPReply
+	ns := build(pkt{v6: true, proto: ProtoICMPv6, payload: []byte{ICMPv6NeighbourSolicitation, 0, 0, 0}})
+	na := build(pkt{v6: true, proto: ProtoICMPv6, payload: []byte{ICMPv6NeighbourAdvertisement, 0, 0, 0}})
+	for _, c := range []struct {
+		name string
+		b    []byte
+		want Neighbour
+	}{
+		{"ARP request", arpRequest(false, ip4C), NeighbourQuery},
+		{"ARP request, tagged", arpRequest(true, ip4C), NeighbourQuery},
+		{"ARP reply", reply, NeighbourAnswer},
+		{"neighbour solicitation", ns, NeighbourQuery},
+		{"neighbour advertisement", na, NeighbourAnswer},
+		{"router solicitation", build(pkt{v6: true, proto: ProtoICMPv6, payload: []byte{133, 0, 0, 0}}), NotNeighbour},
+		{"UDP over IPv6", build(pkt{v6: true, proto: ProtoUDP, payload: []byte{135}}), NotNeighbour},
+		{"ARP request cut short", arpRequest(false, ip4C)[:30], NotNeighbour},
+		{"solicitation without its ICMPv6 header", ns[:EtherHeaderLen+IPv6HeaderLen], NotNeighbour},
+	} {
+		if got := NeighbourKind(c.b); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -21,6 +21,9 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var fr Frame
 		err := Parse(b, &fr)
+		if NeighbourKind(b) != NotNeighbour && err != ErrNotIP && !(err == nil && fr.V6 && fr.Proto == ProtoICMPv6) {
+			t.Fatalf("a neighbour discovery frame that Parse takes for %+v, %v", fr, err)
+		}
 		if err == ErrNotIP {
 			if fr.L3 != 14 && fr.L3 != 18 || fr.L3 > len(b) {
 				t.Fatalf("link offsets %+v", fr)
