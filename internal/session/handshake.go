@@ -144,12 +144,6 @@ func (n *Node) HandleHandshake(now time.Time, pkt []byte) (Result, error) {
 func (n *Node) handleInit(now time.Time, p *peer, pkt []byte, m *wire.Handshake) (Result, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// Simultaneous initiation: the higher site ID's initiation wins; the
-	// lower site drops its own and answers. Ours wins only while its
-	// answer may still come: one sent longer ago than a retry interval
-	// was most likely lost, or its answer was, and the peer's initiation,
-	// which did arrive, is answered instead of left to wait for our next
-	// retry, seconds later once the retries have backed off.
 	if !p.lastInitAt.IsZero() && now.Sub(p.lastInitAt) < MinInitiationInterval {
 		n.stats.handshakeRejected.Add(1)
 		return Result{}, ErrRateLimited
@@ -164,6 +158,12 @@ func (n *Node) handleInit(now time.Time, p *peer, pkt []byte, m *wire.Handshake)
 		n.stats.resent.Add(1)
 		return Result{Peer: p.site, Reply: r}, nil
 	}
+	// Simultaneous initiation: the higher site ID's initiation wins; the
+	// lower site drops its own and answers. Ours wins only while its
+	// answer may still come: one sent longer ago than a retry interval
+	// was most likely lost, or its answer was, and the peer's initiation,
+	// which did arrive, is answered instead of left to wait for our next
+	// retry, seconds later once the retries have backed off.
 	if p.hs != nil && n.self > p.site && now.Sub(p.hsSent) < RetryInitial {
 		n.stats.collisions.Add(1)
 		return Result{}, ErrCollision
