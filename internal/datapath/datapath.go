@@ -57,8 +57,8 @@ type Port struct {
 	// nil floods without limit.
 	Flood *FloodGuard
 
-	// stashed counts the neighbour queries the device loop keeps for
-	// sites not reachable yet (stash.go).
+	// stashed counts the neighbour requests and answers the device loop
+	// keeps for sites not reachable yet (stash.go).
 	stashed atomic.Int32
 }
 
@@ -149,7 +149,8 @@ func New(cfg Config) *Engine {
 }
 
 // SetRoutes publishes a new routing snapshot, and wakes the device loops
-// that keep neighbour queries for sites that may have become reachable.
+// that keep neighbour requests or answers for sites that may have become
+// reachable.
 func (e *Engine) SetRoutes(r Routes) {
 	e.routes.Store(&routesBox{r: r})
 	for _, p := range *e.ports.Load() {

@@ -39,7 +39,7 @@ type egress struct {
 
 	kvw *router.Worker // the key router's state, made at the first frame for a pool
 
-	stash neighbourStash // recent neighbour queries, for sites reachable later (stash.go)
+	stash neighbourStash // recent neighbour requests and answers, for sites reachable later (stash.go)
 	sent  []wire.SiteID  // the sites a flooded frame reached
 
 	// The flow classes (flows.go): the table is made at the first flow.
@@ -76,7 +76,7 @@ func (e *Engine) deviceLoop(p *Port) error {
 	for {
 		n, err := p.Dev.ReadBatch(g.frames, g.sizes)
 		if errors.Is(err, device.ErrWoken) {
-			// The routes changed while neighbour queries were stashed.
+			// The routes changed while neighbour frames were kept.
 			g.begin()
 			g.replay()
 			g.flushBatch()
