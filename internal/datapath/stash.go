@@ -35,7 +35,7 @@ type stashed struct {
 	to    wire.SiteID
 }
 
-// neighbourStash is a ring of the last stashSize requests. It belongs to
+// neighbourStash is a ring of the last stashSize frames kept. It belongs to
 // the port's device loop; live counts its entries for the engine.
 type neighbourStash struct {
 	ring [stashSize]stashed
