@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -33,6 +34,9 @@ type TAP struct {
 	readFn func(fd uintptr) bool
 	vnet   bool
 	uso    bool
+	// closed is set by Close: a read it interrupts fails with the
+	// poller's own error, not os.ErrClosed.
+	closed atomic.Bool
 }
 
 // TAPOptions are the optional features of OpenTAPWith.
@@ -190,7 +194,7 @@ func (t *TAP) readBatch() (int, error) {
 	t.rb.n, t.rb.err = 0, nil
 	if err := t.raw.Read(t.readFn); err != nil {
 		switch {
-		case errors.Is(err, os.ErrClosed):
+		case errors.Is(err, os.ErrClosed) || t.closed.Load():
 			return 0, ErrClosed
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			if err := t.f.SetReadDeadline(time.Time{}); err != nil {
@@ -282,4 +286,7 @@ func (t *TAP) MTU() int { return t.mtu }
 func (t *TAP) Wake() error { return t.f.SetReadDeadline(time.Unix(1, 0)) }
 
 // file descriptor closes.
-func (t *TAP) Close() error { return t.f.Close() }
+func (t *TAP) Close() error {
+	t.closed.Store(true)
+	return t.f.Close()
+}
