@@ -44,45 +44,68 @@ func threeSites(t *testing.T) (a, b, c *site) {
 // each site's Crypto.
 func threeSitesOn(t *testing.T, nw *transport.FakeNetwork, crypto func(wire.SiteID) Crypto) (a, b, c *site) {
 	t.Helper()
+	ids, addrs := threeAddrs()
+	sites := make([]*site, 3)
+	for i, id := range ids {
+		paths := directPaths(id, ids)
+		if id == 1 {
+			paths[3] = []wire.SiteID{2, 3}
+		}
+		sites[i] = runSite(t, nw, addrs, id, cryptoFor(crypto, id), func() int64 { return time.Now().UnixNano() },
+			staticRoutes(id, addrs, paths))
+	}
+	return sites[0], sites[1], sites[2]
+}
+
+// threeAddrs returns the IDs of three test sites and their underlay
+// addresses.
+func threeAddrs() ([]wire.SiteID, map[wire.SiteID]netip.AddrPort) {
 	ids := []wire.SiteID{1, 2, 3}
 	addrs := map[wire.SiteID]netip.AddrPort{}
 	for i, id := range ids {
 		addrs[id] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)}), 4800)
 	}
-	sites := make([]*site, 3)
-	for i, id := range ids {
-		s := &site{id: id, dev: device.NewFake("tap", 1400, 256), ctl: make(chan []byte, 16)}
-		conn := nw.Listen(addrs[id])
-		s.eng = New(Config{
-			Self: id, Conn: conn,
-			Ports:   []*Port{{Network: testNet, Dev: s.dev, FDB: fdb.New(time.Minute)}},
-			Control: func(_ netip.AddrPort, pkt []byte, _ time.Time) { s.ctl <- append([]byte(nil), pkt...) },
-			Now:     func() int64 { return time.Now().UnixNano() },
-			Wall:    func() int64 { return time.Now().UnixNano() },
-			Crypto:  cryptoFor(crypto, id),
-		})
-		paths := map[wire.SiteID][]wire.SiteID{}
-		for _, other := range ids {
-			if other != id {
-				paths[other] = []wire.SiteID{other}
-			}
+	return ids, addrs
+}
+
+// directPaths returns a direct path from id to every other site of ids.
+func directPaths(id wire.SiteID, ids []wire.SiteID) map[wire.SiteID][]wire.SiteID {
+	paths := map[wire.SiteID][]wire.SiteID{}
+	for _, other := range ids {
+		if other != id {
+			paths[other] = []wire.SiteID{other}
 		}
-		if id == 1 {
-			paths[3] = []wire.SiteID{2, 3}
-		}
-		s.eng.SetRoutes(staticRoutes(id, addrs, paths))
-		done := make(chan error, 1)
-		go func() { done <- s.eng.Run() }()
-		t.Cleanup(func() {
-			conn.Close()
-			s.dev.Close()
-			if err := <-done; err != nil {
-				t.Errorf("engine %d: %v", id, err)
-			}
-		})
-		sites[i] = s
 	}
-	return sites[0], sites[1], sites[2]
+	return paths
+}
+
+// runSite starts the engine of site id on nw, with clock now and routes
+// (none when nil), until the test ends.
+func runSite(t *testing.T, nw *transport.FakeNetwork, addrs map[wire.SiteID]netip.AddrPort, id wire.SiteID, crypto Crypto, now func() int64, routes Routes) *site {
+	t.Helper()
+	s := &site{id: id, dev: device.NewFake("tap", 1400, 256), ctl: make(chan []byte, 16)}
+	conn := nw.Listen(addrs[id])
+	s.eng = New(Config{
+		Self: id, Conn: conn,
+		Ports:   []*Port{{Network: testNet, Dev: s.dev, FDB: fdb.New(time.Minute)}},
+		Control: func(_ netip.AddrPort, pkt []byte, _ time.Time) { s.ctl <- append([]byte(nil), pkt...) },
+		Now:     now,
+		Wall:    func() int64 { return time.Now().UnixNano() },
+		Crypto:  crypto,
+	})
+	if routes != nil {
+		s.eng.SetRoutes(routes)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.eng.Run() }()
+	t.Cleanup(func() {
+		conn.Close()
+		s.dev.Close()
+		if err := <-done; err != nil {
+			t.Errorf("engine %d: %v", id, err)
+		}
+	})
+	return s
 }
 
 func frame(dst, src byte, payload string) []byte {

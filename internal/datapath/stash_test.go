@@ -1,13 +1,10 @@
 package datapath
 
 import (
-	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/detour-overlay/detour/internal/device"
-	"github.com/detour-overlay/detour/internal/fdb"
 	ethframe "github.com/detour-overlay/detour/internal/frame"
 	"github.com/detour-overlay/detour/internal/transport"
 	"github.com/detour-overlay/detour/internal/wire"
@@ -28,44 +25,14 @@ func arpRequest(host byte) []byte {
 func startingSites(t *testing.T, now *atomic.Int64) (a, b, c *site, routes func(dsts ...wire.SiteID)) {
 	t.Helper()
 	nw := transport.NewFakeNetwork()
-	ids := []wire.SiteID{1, 2, 3}
-	addrs := map[wire.SiteID]netip.AddrPort{}
-	for i, id := range ids {
-		addrs[id] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)}), 4800)
-	}
+	ids, addrs := threeAddrs()
 	sites := make([]*site, 3)
 	for i, id := range ids {
-		s := &site{id: id, dev: device.NewFake("tap", 1400, 256), ctl: make(chan []byte, 16)}
-		conn := nw.Listen(addrs[id])
-		clock := func() int64 { return time.Now().UnixNano() }
 		if id == 1 {
-			clock = now.Load
+			sites[i] = runSite(t, nw, addrs, id, nil, now.Load, nil)
+			continue
 		}
-		s.eng = New(Config{
-			Self: id, Conn: conn,
-			Ports:   []*Port{{Network: testNet, Dev: s.dev, FDB: fdb.New(time.Minute)}},
-			Control: func(netip.AddrPort, []byte, time.Time) {},
-			Now:     clock,
-		})
-		if id != 1 {
-			paths := map[wire.SiteID][]wire.SiteID{}
-			for _, other := range ids {
-				if other != id {
-					paths[other] = []wire.SiteID{other}
-				}
-			}
-			s.eng.SetRoutes(staticRoutes(id, addrs, paths))
-		}
-		done := make(chan error, 1)
-		go func() { done <- s.eng.Run() }()
-		t.Cleanup(func() {
-			conn.Close()
-			s.dev.Close()
-			if err := <-done; err != nil {
-				t.Errorf("engine %d: %v", id, err)
-			}
-		})
-		sites[i] = s
+		sites[i] = runSite(t, nw, addrs, id, nil, func() int64 { return time.Now().UnixNano() }, staticRoutes(id, addrs, directPaths(id, ids)))
 	}
 	routes = func(dsts ...wire.SiteID) {
 		paths := map[wire.SiteID][]wire.SiteID{}
