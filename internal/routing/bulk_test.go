@@ -381,3 +381,40 @@ func TestBulkFlowsKeepTheCollapsedLatencyPath(t *testing.T) {
 		t.Fatalf("bulk %+v, want the direct path kept (%s)", rt.Bulk, r.dests[2].bulkReason)
 	}
 }
+
+// TestBulkFlowsKeepTheMergedPathWhenTheLatencyPathLeaves: on the loaded
+// testbed the narrow direct link's delay rose while the bulk flows ran on
+// the relay, the latency path moved onto the relay (the two paths
+// merged), and went back once the direct link was faster again. By then
+// the relay carried the transfer's queue, beyond the bound a new bulk
+// path must meet; it stays the bulk path all the same, since the bulk
+// flows are on it, rather than following the latency path onto a link a
+// tenth as wide.
+func TestBulkFlowsKeepTheMergedPathWhenTheLatencyPathLeaves(t *testing.T) {
+	cfg := DefaultConfig()
+	tr := narrowTriangle()
+	r := NewRouter(cfg, 1)
+	now := t0
+	update := func(d time.Duration) {
+		for end := now.Add(d); now.Before(end); now = now.Add(100 * ms) {
+			r.Update(now, tr.matrix(), addrsOf(3))
+		}
+	}
+	update(cfg.MinSwitchInterval + time.Second)
+	if b := bulkOf(t, r, 2); b == nil || b.Path[0] != 3 {
+		t.Fatalf("bulk %+v, want via 3", b)
+	}
+	tr.link(1, 2, 40*ms, 20e6) // the direct link's delay rises
+	update(time.Second)
+	rt, _ := r.Table().Lookup(2)
+	if !slices.Equal(rt.Path, []wire.SiteID{3, 2}) || rt.Bulk != nil {
+		t.Fatalf("latency path %v, bulk %+v; want the relay, with the bulk flows on it", rt.Path, rt.Bulk)
+	}
+	tr.link(1, 2, 10*ms, 20e6)
+	tr.link(3, 2, 18*ms, 170e6) // the transfer's queue on the relay's link, seen at once
+	update(cfg.MinSwitchInterval + time.Second)
+	rt, _ = r.Table().Lookup(2)
+	if !slices.Equal(rt.Path, []wire.SiteID{2}) || rt.Bulk == nil || !slices.Equal(rt.Bulk.Path, []wire.SiteID{3, 2}) {
+		t.Fatalf("latency path %v, bulk %+v (%s); want direct, and the bulk flows still via 3", rt.Path, rt.Bulk, r.dests[2].bulkReason)
+	}
+}
