@@ -20,8 +20,10 @@ import (
 // offers MinGain/bulkKeep times the latency path's rate (it appears at
 // MinGain); another path replaces it only when wider by bulkSwitch; and
 // an unforced change waits MinSwitchInterval after the last one. A bulk
-// path that dies or whose rate becomes unknown is replaced at once. The
-// bound is checked when a path is chosen, not while it is kept: a bulk
+// path that dies or whose rate becomes unknown is replaced at once, and
+// comes back if it is usable again within bulkLostWindow
+// (backToLostBulk). The bound is checked when a path is chosen, not while
+// it is kept (nor when the bulk path comes back): a bulk
 // transfer fills the queue of its path's bottleneck (TCP does), which on
 // the testbed put the path in use 11 ms beyond the bound within seconds;
 // leaving it then sent the transfer back onto the narrow latency path,
@@ -36,6 +38,9 @@ const (
 	// the direct path and every path through one relay (O(N)). Paths of
 	// more than three links are never considered.
 	bulkEnumSites = 32
+	// bulkLostWindow is how long a bulk path that died or lost its rate
+	// may come back without meeting the bound.
+	bulkLostWindow = 10 * time.Second
 )
 
 // PathRate returns the bottleneck rate of path p from src: the least
@@ -194,7 +199,7 @@ func (r *Router) selectBulk(now time.Time, m *Matrix, dst wire.SiteID, d *dest) 
 		}
 	}
 	gain := r.cfg.Bulk.MinGain
-	if r.keepLeftForBulk(now, m, d, pathRate, pathKnown, gain) {
+	if r.keepLeftForBulk(now, m, d, pathRate, pathKnown, gain) || r.backToLostBulk(now, m, d, pathRate, pathKnown, gain) {
 		return
 	}
 	best, found := r.widestWithin(m, dst, limit)
@@ -210,6 +215,7 @@ func (r *Router) selectBulk(now time.Time, m *Matrix, dst wire.SiteID, d *dest) 
 		d.bulkReason = "the latency path became the bulk path"
 	case d.bulk != nil && cur == nil:
 		d.bulkRate = 0
+		d.lostBulk, d.lostBulkAt = d.bulk, now
 		if found && pathKnown && best.rate >= gain*pathRate && !slices.Equal(best.path, d.path) {
 			d.bulkRate = best.rate
 			set(best.path, fmt.Sprintf("the bulk path died or lost its rate; %s", widerBy(best.rate, pathRate)))
@@ -278,6 +284,30 @@ func (r *Router) keepLeftForBulk(now time.Time, m *Matrix, d *dest, pathRate flo
 	d.bulk, d.bulkRate, r.dirty = slices.Clone(c.path), c.rate, true
 	d.bulkReason = fmt.Sprintf("kept: the latency path left it as it collapsed, with the bulk flows on it; %.3g Mbit/s, %.2g× the latency path's %.3g Mbit/s",
 		c.rate/1e6, c.rate/pathRate, pathRate/1e6)
+	return true
+}
+
+// backToLostBulk makes the bulk path that died or lost its rate less
+// than bulkLostWindow ago the bulk path again once it is usable and gain
+// times wider than the latency path, when no other bulk path replaced it;
+// it reports whether it did. The bound is not checked, as in
+// keepLeftForBulk: the bulk flows were on the path a moment ago, and its
+// delay is the queue they built there. On a loaded machine a relay is in
+// doubt for a moment (its replies late), and the bulk path chosen again
+// from nothing would then be the narrow latency path.
+func (r *Router) backToLostBulk(now time.Time, m *Matrix, d *dest, pathRate float64, pathKnown bool, gain float64) bool {
+	lost := d.lostBulk
+	if lost == nil || d.bulk != nil || now.Sub(d.lostBulkAt) >= bulkLostWindow {
+		d.lostBulk = nil
+		return false
+	}
+	c, ok := r.bulkPathNow(m, lost)
+	if !ok || !pathKnown || c.rate < gain*pathRate || slices.Equal(lost, d.path) {
+		return false
+	}
+	d.bulk, d.bulkRate, d.lostBulk, r.dirty = lost, c.rate, nil, true
+	d.bulkReason = fmt.Sprintf("back: the bulk path lost %v ago is usable again; %.3g Mbit/s, %.2g× the latency path's %.3g Mbit/s",
+		now.Sub(d.lostBulkAt).Round(time.Millisecond), c.rate/1e6, c.rate/pathRate, pathRate/1e6)
 	return true
 }
 

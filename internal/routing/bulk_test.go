@@ -418,3 +418,47 @@ func TestBulkFlowsKeepTheMergedPathWhenTheLatencyPathLeaves(t *testing.T) {
 		t.Fatalf("latency path %v, bulk %+v (%s); want direct, and the bulk flows still via 3", rt.Path, rt.Bulk, r.dests[2].bulkReason)
 	}
 }
+
+// TestBulkPathBackAfterAMomentLost: the relay carrying the bulk flows,
+// beyond the bound with their queue, loses its rate for a moment (on a
+// loaded machine: a relay in doubt, a rate not refreshed); when it is
+// usable again it is the bulk path again, not the narrow latency path;
+// and a path lost for longer than bulkLostWindow must meet the bound
+// again.
+func TestBulkPathBackAfterAMomentLost(t *testing.T) {
+	cfg := DefaultConfig()
+	tr := narrowTriangle()
+	r := NewRouter(cfg, 1)
+	now := t0
+	update := func(d time.Duration) {
+		for end := now.Add(d); now.Before(end); now = now.Add(100 * ms) {
+			r.Update(now, tr.matrix(), addrsOf(3))
+		}
+	}
+	update(cfg.MinSwitchInterval + time.Second)
+	tr.link(3, 2, 18*ms, 170e6) // the transfer's queue
+	update(time.Second)
+	for _, lost := range []time.Duration{300 * ms, bulkLostWindow + time.Second} {
+		if b := bulkOf(t, r, 2); b == nil || b.Path[0] != 3 {
+			t.Fatalf("bulk %+v before the loss, want via 3", b)
+		}
+		tr.link(3, 2, 18*ms, 0) // the relay's rate unknown
+		update(lost)
+		if b := bulkOf(t, r, 2); b != nil {
+			t.Fatalf("bulk %+v while the relay's rate is unknown", b)
+		}
+		tr.link(3, 2, 18*ms, 170e6)
+		update(time.Second)
+		b := bulkOf(t, r, 2)
+		if lost < bulkLostWindow && (b == nil || b.Path[0] != 3) {
+			t.Fatalf("bulk %+v after %v lost (%s), want via 3 again", b, lost, r.dests[2].bulkReason)
+		}
+		if lost > bulkLostWindow && b != nil {
+			t.Fatalf("bulk %+v after %v lost, beyond the bound", b, lost)
+		}
+		tr.link(3, 2, 6*ms, 200e6) // the queue drains: chosen again
+		update(cfg.MinSwitchInterval + time.Second)
+		tr.link(3, 2, 18*ms, 170e6)
+		update(time.Second)
+	}
+}

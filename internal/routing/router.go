@@ -216,6 +216,10 @@ type dest struct {
 	bulkSwitch             time.Time
 	bulkReason             string
 	bulkRate, bulkPathRate float64
+	// lostBulk is the bulk path that died or lost its rate at lostBulkAt,
+	// with the bulk flows on it; nil when there is none to go back to.
+	lostBulk   []wire.SiteID
+	lostBulkAt time.Time
 }
 
 // Router selects the routes of one site and keeps the hysteresis state.
