@@ -45,6 +45,29 @@ func narrowTriangle() *rated {
 	return t
 }
 
+// bulkRun drives a router of DefaultConfig over a test network, one
+// route computation every 100 ms.
+type bulkRun struct {
+	r   *Router
+	tr  *rated
+	now time.Time
+}
+
+// settledBulkRun returns a run over tr after MinSwitchInterval and a
+// second, so that its first choices damp none of the next.
+func settledBulkRun(tr *rated) *bulkRun {
+	b := &bulkRun{r: NewRouter(DefaultConfig(), 1), tr: tr, now: t0}
+	b.update(DefaultConfig().MinSwitchInterval + time.Second)
+	return b
+}
+
+// update runs the router on for d.
+func (b *bulkRun) update(d time.Duration) {
+	for end := b.now.Add(d); b.now.Before(end); b.now = b.now.Add(100 * ms) {
+		b.r.Update(b.now, b.tr.matrix(), addrsOf(3))
+	}
+}
+
 func bulkOf(t *testing.T, r *Router, dst wire.SiteID) *BulkPath {
 	t.Helper()
 	rt, ok := r.Table().Lookup(dst)
@@ -319,16 +342,9 @@ func TestBulkKeptWhenItsOwnQueueGrows(t *testing.T) {
 // after the flap damping, so the bulk flows never follow the latency path
 // onto the narrow link.
 func TestBulkPathBackWhenTheLatencyPathLeavesIt(t *testing.T) {
-	cfg := DefaultConfig()
 	tr := narrowTriangle()
-	r := NewRouter(cfg, 1)
-	now := t0
-	update := func(d time.Duration) {
-		for end := now.Add(d); now.Before(end); now = now.Add(100 * ms) {
-			r.Update(now, tr.matrix(), addrsOf(3))
-		}
-	}
-	update(cfg.MinSwitchInterval + time.Second) // the first choice is not damping the next
+	run := settledBulkRun(tr)
+	r, update := run.r, run.update
 	if b := bulkOf(t, r, 2); b == nil || b.Path[0] != 3 {
 		t.Fatalf("bulk %+v, want via 3", b)
 	}
@@ -338,7 +354,7 @@ func TestBulkPathBackWhenTheLatencyPathLeavesIt(t *testing.T) {
 	if !slices.Equal(rt.Path, []wire.SiteID{3, 2}) || rt.Bulk != nil {
 		t.Fatalf("latency path %v, bulk %+v; want the relay, with the bulk flows on it", rt.Path, rt.Bulk)
 	}
-	r.BulkMoved(now, 2) // the flow that filled it became bulk
+	r.BulkMoved(run.now, 2) // the flow that filled it became bulk
 	tr.link(1, 2, 10*ms, 20e6)
 	update(time.Second)
 	rt, _ = r.Table().Lookup(2)
@@ -355,19 +371,12 @@ func TestBulkPathBackWhenTheLatencyPathLeavesIt(t *testing.T) {
 // path: the bulk flows were on it a moment ago, and following the latency
 // path would put them on a link a fifth as wide.
 func TestBulkFlowsKeepTheCollapsedLatencyPath(t *testing.T) {
-	cfg := DefaultConfig()
 	tr := newRated(3)
 	tr.link(1, 2, 15*ms, 11e6)
 	tr.link(1, 3, 18*ms, 14e6)
 	tr.link(3, 2, 10*ms, 2.4e6)
-	r := NewRouter(cfg, 1)
-	now := t0
-	update := func(d time.Duration) {
-		for end := now.Add(d); now.Before(end); now = now.Add(100 * ms) {
-			r.Update(now, tr.matrix(), addrsOf(3))
-		}
-	}
-	update(cfg.MinSwitchInterval + time.Second)
+	run := settledBulkRun(tr)
+	r, update := run.r, run.update
 	if rt, _ := r.Table().Lookup(2); !slices.Equal(rt.Path, []wire.SiteID{2}) || rt.Bulk != nil {
 		t.Fatalf("latency path %v, bulk %+v; want both direct", rt.Path, rt.Bulk)
 	}
@@ -391,16 +400,9 @@ func TestBulkFlowsKeepTheCollapsedLatencyPath(t *testing.T) {
 // flows are on it, rather than following the latency path onto a link a
 // tenth as wide.
 func TestBulkFlowsKeepTheMergedPathWhenTheLatencyPathLeaves(t *testing.T) {
-	cfg := DefaultConfig()
 	tr := narrowTriangle()
-	r := NewRouter(cfg, 1)
-	now := t0
-	update := func(d time.Duration) {
-		for end := now.Add(d); now.Before(end); now = now.Add(100 * ms) {
-			r.Update(now, tr.matrix(), addrsOf(3))
-		}
-	}
-	update(cfg.MinSwitchInterval + time.Second)
+	run := settledBulkRun(tr)
+	r, update := run.r, run.update
 	if b := bulkOf(t, r, 2); b == nil || b.Path[0] != 3 {
 		t.Fatalf("bulk %+v, want via 3", b)
 	}
@@ -412,7 +414,7 @@ func TestBulkFlowsKeepTheMergedPathWhenTheLatencyPathLeaves(t *testing.T) {
 	}
 	tr.link(1, 2, 10*ms, 20e6)
 	tr.link(3, 2, 18*ms, 170e6) // the transfer's queue on the relay's link, seen at once
-	update(cfg.MinSwitchInterval + time.Second)
+	update(DefaultConfig().MinSwitchInterval + time.Second)
 	rt, _ = r.Table().Lookup(2)
 	if !slices.Equal(rt.Path, []wire.SiteID{2}) || rt.Bulk == nil || !slices.Equal(rt.Bulk.Path, []wire.SiteID{3, 2}) {
 		t.Fatalf("latency path %v, bulk %+v (%s); want direct, and the bulk flows still via 3", rt.Path, rt.Bulk, r.dests[2].bulkReason)
@@ -426,16 +428,9 @@ func TestBulkFlowsKeepTheMergedPathWhenTheLatencyPathLeaves(t *testing.T) {
 // and a path lost for longer than bulkLostWindow must meet the bound
 // again.
 func TestBulkPathBackAfterAMomentLost(t *testing.T) {
-	cfg := DefaultConfig()
 	tr := narrowTriangle()
-	r := NewRouter(cfg, 1)
-	now := t0
-	update := func(d time.Duration) {
-		for end := now.Add(d); now.Before(end); now = now.Add(100 * ms) {
-			r.Update(now, tr.matrix(), addrsOf(3))
-		}
-	}
-	update(cfg.MinSwitchInterval + time.Second)
+	run := settledBulkRun(tr)
+	r, update := run.r, run.update
 	tr.link(3, 2, 18*ms, 170e6) // the transfer's queue
 	update(time.Second)
 	for _, lost := range []time.Duration{300 * ms, bulkLostWindow + time.Second} {
@@ -457,7 +452,7 @@ func TestBulkPathBackAfterAMomentLost(t *testing.T) {
 			t.Fatalf("bulk %+v after %v lost, beyond the bound", b, lost)
 		}
 		tr.link(3, 2, 6*ms, 200e6) // the queue drains: chosen again
-		update(cfg.MinSwitchInterval + time.Second)
+		update(DefaultConfig().MinSwitchInterval + time.Second)
 		tr.link(3, 2, 18*ms, 170e6)
 		update(time.Second)
 	}
